@@ -1,0 +1,1 @@
+"""Cycle programs: a corpus compiled into fixed buffers and ordered commands per rank."""

@@ -1,0 +1,79 @@
+"""The ops a cycle is made of: their tensors (role, dtype, shape) and their numpy contracts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..contracts import mhc
+from ..contracts.allreduce import RingContract, allreduce
+from ..contracts.mhc import MhcParams
+from ..geometry import Boundary, Geometry
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    role: str  # "input" | "param" | "output"
+    dtype: str
+    shape: tuple
+
+
+def op_tensors(b: Boundary, g: Geometry) -> list[TensorSpec]:
+    """The tensors a boundary records, in a fixed order."""
+    m = g.phase(b.phase).rows
+    d, hc, rd = g.hidden, g.hc, g.reduce_dtype
+    if b.op == "allreduce":
+        return [TensorSpec("x", "input", rd, (m, d)), TensorSpec("out", "output", rd, (m, d))]
+    n_mix = hc if b.op == "mhc_post_head" else (2 + hc) * hc
+    params = [TensorSpec("fn", "param", "float32", (n_mix, hc * d)),
+              TensorSpec("base", "param", "float32", (n_mix,)),
+              TensorSpec("scale", "param", "float32", (1 if b.op == "mhc_post_head" else 3,))]
+    streams = TensorSpec("streams", "output", "bfloat16", (m, hc, d))
+    y = TensorSpec("y", "output", "bfloat16", (m, d))
+    pc = [TensorSpec("next_post", "output", "float32", (m, hc)),
+          TensorSpec("next_comb", "output", "float32", (m, hc, hc))]
+    if b.op == "mhc_pre":
+        return [TensorSpec("x", "input", rd, (m, d)), *params, streams, y, *pc]
+    carried = [TensorSpec("x", "input", rd, (m, d)),
+               TensorSpec("residual", "input", "bfloat16", (m, hc, d)),
+               TensorSpec("post", "input", "float32", (m, hc)),
+               TensorSpec("comb", "input", "float32", (m, hc, hc))]
+    if b.op == "mhc_post_pre":
+        return [*carried, *params, streams, y, *pc]
+    if b.op == "mhc_post_head":
+        return [*carried, *params, streams, y]
+    raise ValueError(f"unknown op {b.op!r}")
+
+
+def links(b: Boundary, phase_boundaries: list[Boundary]) -> dict[str, tuple[int, str]]:
+    """Inputs of `b` produced by an earlier boundary of the same phase: name -> (index, output name)."""
+    if b.op == "allreduce":
+        return {}
+    prev_reduce = b.index - 1
+    if b.op == "mhc_pre":
+        return {"x": (prev_reduce, "out")}
+    prev_mhc = b.index - 2
+    return {"x": (prev_reduce, "out"), "residual": (prev_mhc, "streams"),
+            "post": (prev_mhc, "next_post"), "comb": (prev_mhc, "next_comb")}
+
+
+def run_mhc(op: str, t: dict[str, np.ndarray], p: MhcParams, hc: int = 4) -> dict[str, np.ndarray]:
+    """Run one mHC op's contract on named tensors; returns its named outputs."""
+    if op == "mhc_pre":
+        return _next(mhc.mhc_pre(t["x"], t["fn"], t["base"], t["scale"], hc, p))
+    if op == "mhc_post_pre":
+        return _next(mhc.mhc_post_pre(t["x"], t["residual"], t["post"], t["comb"], t["fn"], t["base"], t["scale"], p))
+    if op == "mhc_post_head":
+        return mhc.mhc_post_head(t["x"], t["residual"], t["post"], t["comb"], t["fn"], t["base"], t["scale"], p)
+    raise ValueError(f"unknown mHC op {op!r}")
+
+
+def _next(out: dict) -> dict:
+    """The post/comb an hc_pre computes are consumed by the next hc_post: name them so."""
+    return {"streams": out["streams"], "y": out["y"], "next_post": out["post"], "next_comb": out["comb"]}
+
+
+def run_allreduce(xs: list[np.ndarray], contract: RingContract) -> np.ndarray:
+    return allreduce(xs, contract)

@@ -1,0 +1,69 @@
+"""The driver interface the replay engine and the gate program against.
+
+A driver loads a Cycle into a Session: every buffer of every rank allocated once (fixed addresses for
+the session's life), the commands built once (a graph / command list), and then each epoch only
+launches. Host writes, reads and poisoning happen outside the timed region.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from ..commands.program import Cycle
+
+#: Poison bit patterns (quiet NaNs): an element the cycle fails to write cannot compare equal.
+POISON = {2: np.uint16(0xFFFF), 4: np.uint32(0xFFFFFFFF)}
+
+
+def poison_like(shape, dtype) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    return np.full(shape, POISON[dtype.itemsize]).view(dtype)
+
+
+class Session(ABC):
+    """One loaded cycle on one driver."""
+
+    cycle: Cycle
+    #: Whether this driver's times measure the device (False on cpu: gate verdicts say "not meaningful").
+    timing_meaningful: bool = True
+
+    @abstractmethod
+    def write(self, rank: int, buffer_id: int, value: np.ndarray) -> None:
+        """Copy a host array into a buffer (untimed)."""
+
+    @abstractmethod
+    def read(self, rank: int, buffer_id: int) -> np.ndarray:
+        """Copy a buffer back to the host (untimed)."""
+
+    @abstractmethod
+    def poison(self) -> None:
+        """Fill every output buffer of every rank with the NaN poison pattern."""
+
+    @abstractmethod
+    def run(self, graph: bool = True) -> list[float]:
+        """Run the whole cycle once; returns each rank's time in milliseconds.
+
+        graph=True launches the prebuilt graph; graph=False launches command by command (eager)."""
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Driver(ABC):
+    name: str
+
+    @abstractmethod
+    def load(self, cycle: Cycle, variants: dict | None = None) -> Session:
+        """Allocate and build. `variants` maps command indices to an implementation name the driver
+        knows (candidates for the gate); commands not named use the driver's baseline."""
+
+    def describe(self) -> str:
+        return self.name

@@ -1,0 +1,27 @@
+"""Errors the CLI turns into one line and an exit code (never a traceback)."""
+
+
+class ShellError(Exception):
+    """Base error: `exit_code` is what `shell` exits with."""
+
+    exit_code = 2
+
+
+class UsageError(ShellError):
+    """Bad arguments or input the user can fix (exit 2)."""
+
+
+class CorpusError(ShellError):
+    """A corpus file is corrupt, missing, malformed or unsafe (exit 2); the message names the file."""
+
+
+class DriverUnavailable(ShellError):
+    """The requested driver or device is not present on this machine (exit 3)."""
+
+    exit_code = 3
+
+
+class MismatchError(ShellError):
+    """A replay or gate found inexact outputs (exit 1)."""
+
+    exit_code = 1

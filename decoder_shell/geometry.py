@@ -1,0 +1,125 @@
+"""Geometry: the fixed shape of a cycle, and the ordered boundaries of each phase (DESIGN.md 2-3).
+
+A phase with S sub-blocks has this boundary list (index order is execution order):
+  0            allreduce      the embedding (or draft input projection) partial sums
+  1            mhc_pre        embedding copied into HC streams, hc_pre of sub-block 0
+  2s+2         allreduce      output of sub-block s (s = 0 .. S-1)
+  2s+3         mhc_post_pre   hc_post of sub-block s, hc_pre of sub-block s+1 (s < S-1)
+  2S+1         mhc_post_head  hc_post of the last sub-block, then the head collapse
+so a phase has S+1 reductions and S-1 post/pre boundaries (dsv4-flash verify: 87 and 85).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from .contracts.mhc import MhcParams
+from .errors import UsageError
+
+REDUCE_DTYPES = ("bfloat16", "float32")
+DRAFT_KINDS = {"mtp1": 1, "dspark": 3}  # draft kind -> stages (each stage: attention + MoE)
+
+
+@dataclass(frozen=True)
+class Boundary:
+    phase: str
+    index: int
+    op: str
+    layer: int  # -1 for the embedding reduction
+    sub_block: str  # "embed" | "attn" | "ffn" | "head"
+
+    @property
+    def name(self) -> str:
+        return f"{self.phase}.{self.index:04d}.{self.op}"
+
+    def is_collective(self) -> bool:
+        return self.op == "allreduce"
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    rows: int
+    sub_blocks: int
+
+    def boundaries(self) -> list[Boundary]:
+        out = [Boundary(self.name, 0, "allreduce", -1, "embed"),
+               Boundary(self.name, 1, "mhc_pre", 0, "attn")]
+        for s in range(self.sub_blocks):
+            layer, sb = divmod(s, 2)
+            kind = ("attn", "ffn")[sb]
+            out.append(Boundary(self.name, 2 * s + 2, "allreduce", layer, kind))
+            last = s == self.sub_blocks - 1
+            out.append(Boundary(self.name, 2 * s + 3, "mhc_post_head" if last else "mhc_post_pre",
+                                layer, "head" if last else kind))
+        return out
+
+
+@dataclass(frozen=True)
+class Geometry:
+    preset: str
+    hidden: int
+    layers: int
+    ranks: int
+    verify_rows: int
+    draft_rows: int
+    draft_kind: str = "mtp1"
+    hc: int = 4
+    reduce_dtype: str = "bfloat16"
+    mhc: MhcParams = field(default_factory=MhcParams)
+
+    def __post_init__(self):
+        checks = [
+            (self.hidden >= 1, "hidden size must be positive"),
+            (self.layers >= 1, "layers must be at least 1"),
+            (1 <= self.ranks <= 64, "--tp must be between 1 and 64"),
+            (self.verify_rows >= 1, "--verify-rows must be at least 1"),
+            (self.draft_rows >= 0, "--draft-rows must be 0 (no draft phase) or more"),
+            (self.draft_kind in DRAFT_KINDS, f"draft kind must be one of {sorted(DRAFT_KINDS)}"),
+            (self.hc == 4, "hc_mult is 4 for DeepSeek-V4"),
+            (self.reduce_dtype in REDUCE_DTYPES, f"reduction dtype must be one of {REDUCE_DTYPES}"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise UsageError(msg)
+
+    @property
+    def phases(self) -> list[Phase]:
+        out = []
+        if self.draft_rows:
+            out.append(Phase("draft", self.draft_rows, 2 * DRAFT_KINDS[self.draft_kind]))
+        out.append(Phase("verify", self.verify_rows, 2 * self.layers))
+        return out
+
+    def phase(self, name: str) -> Phase:
+        for p in self.phases:
+            if p.name == name:
+                return p
+        raise UsageError(f"geometry has no phase {name!r}")
+
+    def boundaries(self) -> list[Boundary]:
+        return [b for p in self.phases for b in p.boundaries()]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Geometry":
+        d = dict(d)
+        d["mhc"] = MhcParams(**d.get("mhc", {}))
+        return cls(**d)
+
+
+PRESETS = {
+    "tiny": dict(hidden=64, layers=2),
+    "dsv4-flash": dict(hidden=4096, layers=43),
+    "dsv4-pro": dict(hidden=7168, layers=61),
+}
+
+
+def preset(name: str, *, tp: int = 2, verify_rows: int = 2, draft_rows: int = 1,
+           draft_kind: str = "mtp1", reduce_dtype: str = "bfloat16") -> Geometry:
+    if name not in PRESETS:
+        raise UsageError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return Geometry(preset=name, ranks=tp, verify_rows=verify_rows, draft_rows=draft_rows,
+                    draft_kind=draft_kind, reduce_dtype=reduce_dtype, **PRESETS[name])

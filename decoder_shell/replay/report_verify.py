@@ -1,0 +1,30 @@
+"""Human rendering of a verify report."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def render_verify(rep: dict, console: Console) -> None:
+    g = rep["geometry"]
+    console.print(f"corpus {rep['corpus']}: {g['preset']} D={g['hidden']} layers={g['layers']} TP={g['ranks']}")
+    t = Table(title="boundaries per rank")
+    for c in ("phase", "rows", "reductions", "post/pre", "pre", "head"):
+        t.add_column(c, justify="right")
+    for name, p in rep["phases"].items():
+        t.add_row(name, str(p["rows"]), str(p["reductions"]), str(p["post_pre"]), str(p["pre"]), str(p["head"]))
+    console.print(t)
+    console.print(f"integrity: {rep['integrity']} (every blob digest-checked)")
+    console.print(f"linked: {'yes' if rep['linked'] else 'NO'}" +
+                  ("" if rep["linked"] else f" ({len(rep['broken_links'])}+ broken, first: {rep['broken_links'][0]})"))
+    console.print(f"cross-rank exact: {'yes' if rep['cross_rank_exact'] else 'NO'}" +
+                  ("" if rep["cross_rank_exact"] else f" (first: {rep['cross_rank_mismatch'][0]})"))
+    console.print(f"collective contract: {rep['contract']}")
+    pt = Table(title="contract parity (each op recomputed from its captured inputs)")
+    for c in ("op", "boundaries", "exact", "mismatched elements", "max ulp"):
+        pt.add_column(c, justify="right")
+    for op, p in rep["parity"].items():
+        pt.add_row(op, str(p["boundaries"]), str(p["exact"]), str(p["mismatched_elements"]), f"{p['max_ulp']:g}")
+    console.print(pt)
+    console.print("parity: " + ("exact" if rep["parity_exact"] else "NOT exact (replay rebases after `verify --record`)"))
