@@ -1,19 +1,37 @@
 """The cpu driver: runs every command through its numpy contract. It is the reference; its times
-measure numpy on the host, not a device, and say nothing about GPU speed."""
+measure numpy on the host, not a device, and say nothing about GPU speed.
+
+It also knows a few candidate variants, so that the gate can be exercised end to end on any machine:
+deletion bounds ("delete", "copy"), an exact but slower control ("twice") and two deliberately inexact
+implementations ("fp32-accumulate", "numpy-exp") that a gate must catch.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
 
-from ..commands.program import Cycle, run_command
+from ..commands import ops
+from ..commands.program import Command, Cycle, run_command
+from ..contracts import mhc
+from ..contracts.numerics import F32, seq_sum, to_bf16
 from ..errors import UsageError
 from .base import Driver, Session, poison_like
 
-#: Variants the cpu driver knows: "delete" skips a command (deletion-only bound), "expected" copies
-#: a precomputed expected output instead of computing it.
-CPU_VARIANTS = ("baseline", "delete")
+_ALL = ("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head")
+_MHC = _ALL[1:]
+
+#: Variant name -> (ops it applies to, one-line description). "baseline" is what unnamed commands run.
+CPU_VARIANTS = {
+    "baseline": (_ALL, "the numpy contract (what every command runs unless named)"),
+    "delete": (_ALL, "skip the command: deletion-only upper bound"),
+    "copy": (_ALL, "write the expected output instead of computing it: deletion bound that keeps the cycle linked"),
+    "twice": (_ALL, "compute the command twice: exact but slower (a control for the gate)"),
+    "fp32-accumulate": (("allreduce",), "all-reduce accumulated in fp32 and rounded once: inexact for bf16 at 3+ ranks"),
+    "numpy-exp": (_MHC, "mHC with np.exp instead of the portable exp: inexact in some bits"),
+}
 
 
 class CpuSession(Session):
@@ -21,11 +39,11 @@ class CpuSession(Session):
 
     def __init__(self, cycle: Cycle, variants: dict | None):
         self.cycle = cycle
-        self.variants = variants or {}
+        self.variants = dict(variants or {})
         for idx, v in self.variants.items():
-            if v not in CPU_VARIANTS:
-                raise UsageError(f"cpu driver has no implementation {v!r} for command {idx}")
+            _check_variant(cycle, idx, v)
         self.bufs = [{b.id: poison_like(b.shape, b.dtype) for b in cycle.buffers} for _ in range(cycle.ranks)]
+        self.expected: list[dict[int, np.ndarray]] = [{} for _ in range(cycle.ranks)]
         self._outputs = cycle.outputs()
 
     def write(self, rank, buffer_id, value):
@@ -35,6 +53,11 @@ class CpuSession(Session):
     def read(self, rank, buffer_id):
         return self.bufs[rank][buffer_id].copy()
 
+    def set_expected(self, rank, buffer_id, value):
+        """The value a "copy" command writes into this output buffer (handed over by the gate)."""
+        buf = self.cycle.buffers[buffer_id]
+        self.expected[rank][buffer_id] = np.asarray(value, dtype=buf.dtype).reshape(buf.shape).copy()
+
     def poison(self):
         for bufs in self.bufs:
             for b in self._outputs:
@@ -43,10 +66,13 @@ class CpuSession(Session):
     def run(self, graph=True):
         times = [0.0] * self.cycle.ranks
         for cmd in self.cycle.commands:
-            if self.variants.get(cmd.index) == "delete":
+            variant = self.variants.get(cmd.index, "baseline")
+            if variant == "delete":
                 continue
             t0 = time.perf_counter()
-            results = run_command(self.cycle, cmd, self.bufs)
+            results = self._results(cmd, variant)
+            if variant == "twice":
+                results = self._results(cmd, variant)
             for bufs, outs in zip(self.bufs, results):
                 for name, bid in cmd.outputs.items():
                     np.copyto(bufs[bid], outs[name])
@@ -56,12 +82,86 @@ class CpuSession(Session):
                 times[r] += share
         return times
 
+    def _results(self, cmd: Command, variant: str) -> list[dict[str, np.ndarray]]:
+        if variant == "copy":
+            return [self._expected_outputs(r, cmd) for r in range(self.cycle.ranks)]
+        if variant == "fp32-accumulate":
+            contract = dataclasses.replace(self.cycle.contract, accumulation="fp32")
+            out = ops.run_allreduce([v[cmd.inputs["x"]] for v in self.bufs], contract)
+            return [{"out": out} for _ in self.bufs]
+        if variant == "numpy-exp":
+            g = self.cycle.geometry
+            return [_mhc_numpy_exp(cmd.op, {k: v[i] for k, i in cmd.inputs.items()}, g.mhc, g.hc) for v in self.bufs]
+        return run_command(self.cycle, cmd, self.bufs)
+
+    def _expected_outputs(self, rank: int, cmd: Command) -> dict[str, np.ndarray]:
+        try:
+            return {name: self.expected[rank][bid] for name, bid in cmd.outputs.items()}
+        except KeyError:
+            raise UsageError(f"command {cmd.index} ({cmd.boundary.name}) runs 'copy' but no expected output "
+                             f"was set for rank {rank} (call set_expected first)") from None
+
+
+def _check_variant(cycle: Cycle, idx, variant) -> None:
+    if not isinstance(variant, str):
+        raise UsageError("cpu driver cannot run kernel candidates (use --driver cuda or level-zero)")
+    if not isinstance(idx, int) or not 0 <= idx < len(cycle.commands):
+        raise UsageError(f"cpu driver: no command {idx!r} in this cycle ({len(cycle.commands)} commands)")
+    if variant not in CPU_VARIANTS:
+        raise UsageError(f"cpu driver has no implementation {variant!r}; it offers {', '.join(CPU_VARIANTS)}")
+    cmd = cycle.commands[idx]
+    if cmd.op not in CPU_VARIANTS[variant][0]:
+        raise UsageError(f"cpu variant {variant!r} applies to {', '.join(CPU_VARIANTS[variant][0])}, "
+                         f"not {cmd.op} ({cmd.boundary.name})")
+
+
+# --- numpy-exp: the mHC contract with np.exp in place of the portable exp (deliberately inexact) ------
+def _np_sigmoid(z):
+    return np.float32(1.0) / (np.float32(1.0) + np.exp(-np.asarray(z, dtype=F32)))
+
+
+def _np_split(mixes, base, scale, hc: int, p: mhc.MhcParams):
+    eps = np.float32(p.hc_eps)
+    base, scale = np.asarray(base, dtype=F32), np.asarray(scale, dtype=F32)
+    pre = _np_sigmoid(mixes[:, :hc] * scale[0] + base[:hc]) + eps
+    post = np.float32(2.0) * _np_sigmoid(mixes[:, hc:2 * hc] * scale[1] + base[hc:2 * hc])
+    logits = (mixes[:, 2 * hc:] * scale[2] + base[2 * hc:]).reshape(-1, hc, hc)
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    comb = e / seq_sum(e, axis=-1)[..., None] + eps
+    comb = comb / (seq_sum(comb, axis=-2)[..., None, :] + eps)
+    for _ in range(p.sinkhorn_iters - 1):
+        comb = comb / (seq_sum(comb, axis=-1)[..., None] + eps)
+        comb = comb / (seq_sum(comb, axis=-2)[..., None, :] + eps)
+    return pre, post, comb
+
+
+def _np_pre(streams, t, p):
+    pre, post, comb = _np_split(mhc.mhc_mixes(streams, t["fn"], p.norm_eps), t["base"], t["scale"], streams.shape[1], p)
+    return {"streams": streams, "y": mhc.collapse(pre, streams), "next_post": post, "next_comb": comb}
+
+
+def _mhc_numpy_exp(op: str, t: dict, p: mhc.MhcParams, hc: int) -> dict:
+    """One mHC op as the contract defines it, except that every exp is np.exp."""
+    if op == "mhc_pre":
+        return _np_pre(np.repeat(to_bf16(t["x"])[:, None, :], hc, axis=1), t, p)
+    streams = mhc.mhc_post(t["x"], t["residual"], t["post"], t["comb"])
+    if op == "mhc_post_pre":
+        return _np_pre(streams, t, p)
+    mixes = mhc.mhc_mixes(streams, t["fn"], p.norm_eps)
+    base, scale = np.asarray(t["base"], dtype=F32), np.asarray(t["scale"], dtype=F32)
+    pre = _np_sigmoid(mixes * scale[0] + base) + np.float32(p.hc_eps)
+    return {"streams": streams, "y": mhc.collapse(pre, streams)}
+
 
 class CpuDriver(Driver):
     name = "cpu"
 
     def load(self, cycle, variants=None):
         return CpuSession(cycle, variants)
+
+    def available_variants(self) -> dict[str, str]:
+        """Candidate implementations this driver offers, name -> one-line description."""
+        return {k: f"{desc} [{', '.join(ops_)}]" for k, (ops_, desc) in CPU_VARIANTS.items() if k != "baseline"}
 
     def describe(self):
         return "cpu (numpy reference)"
