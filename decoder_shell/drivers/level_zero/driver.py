@@ -1,0 +1,29 @@
+"""LevelZeroDriver: picks the device once, then loads cycles onto it.
+
+On a Level Zero GPU the session replays graph epochs as one immutable command list (ze_session);
+on the OpenCL CPU device it submits the prebuilt launch plan through SYCL (sycl_session).
+"""
+
+from __future__ import annotations
+
+from ..base import Driver
+from . import runtime
+
+
+class LevelZeroDriver(Driver):
+    name = "level-zero"
+
+    def __init__(self, device: str | None = None):
+        self.kind, self.device = runtime.select_device(device or runtime.device_choice())
+
+    def load(self, cycle, variants=None):
+        if self.kind == "gpu":
+            from .ze_session import ZeSession
+            return ZeSession(cycle, self.device, variants)
+        from .sycl_session import SyclSession
+        return SyclSession(cycle, self.device, variants)
+
+    def describe(self):
+        d = self.device
+        where = "Level Zero GPU" if self.kind == "gpu" else "OpenCL CPU, not a GPU"
+        return f"level-zero ({d.name}, {where}, driver {d.driver_version})"
