@@ -1,0 +1,148 @@
+"""The gate run: baseline and candidate sessions over the same inputs, interleaved B-A-B-A in one process.
+
+Both sessions are built once. After a settle period, each repetition runs one block of graph epochs on
+the baseline, then one on the candidate, so drift (clocks, heat, other tenants) hits both sides alike.
+Changed epochs then run eagerly on both, with new inputs and expected outputs from the reference, to
+catch a candidate that is exact only on the captured values. Every output of every rank is compared
+bit-for-bit after every epoch; times are those session.run returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..commands.program import Cycle, reference
+from ..corpus.store import Corpus
+from ..corpus.synth import changed_inputs
+from ..drivers.base import Driver, Session
+from ..errors import UsageError
+from .candidates import Plan
+from .compare import mismatches
+from .engine import EpochResult, expected_outputs, load_inputs, prepare
+from .verdict import build_verdict
+
+SIDES = ("baseline", "candidate")
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    reps: int = 3
+    epochs: int = 70
+    changed: int = 16
+    settle: int = 3
+    seed: int = 0
+    threshold_ms: float = 0.50
+
+    def __post_init__(self):
+        if self.reps < 1 or self.epochs < 1:
+            raise UsageError("--reps and --epochs must be at least 1")
+        if self.changed < 0 or self.settle < 0:
+            raise UsageError("--changed and --settle must be 0 or more")
+        if not np.isfinite(self.threshold_ms) or self.threshold_ms < 0:
+            raise UsageError("--threshold-ms must be a finite number >= 0")
+
+
+@dataclass
+class Tally:
+    """Mismatching elements of one side: per kind of epoch, per op, per rank; and the first seen."""
+
+    ranks: int
+    by_kind: dict = field(default_factory=dict)  # kind -> op -> [per rank]
+    first: str | None = None
+
+    def add(self, kind: str, by_op_rank: dict[str, list[int]], first: str | None) -> None:
+        ops = self.by_kind.setdefault(kind, {})
+        for op, counts in by_op_rank.items():
+            acc = ops.setdefault(op, [0] * self.ranks)
+            for r, n in enumerate(counts):
+                acc[r] += n
+        if first and not self.first:
+            self.first = first
+
+
+@dataclass
+class SideRun:
+    label: str
+    tally: Tally
+    epochs: list[EpochResult] = field(default_factory=list)
+
+    def of(self, kind: str) -> list[EpochResult]:
+        return [e for e in self.epochs if e.kind == kind]
+
+
+def check(cycle: Cycle, session: Session, expected: list[dict[int, np.ndarray]]):
+    """Compare every output of every rank: (per rank, op -> per rank, first mismatch or None)."""
+    per_rank = [0] * cycle.ranks
+    by_op: dict[str, list[int]] = {}
+    first = None
+    outputs = cycle.outputs()
+    for r in range(cycle.ranks):
+        for b in outputs:
+            n = mismatches(session.read(r, b.id), expected[r][b.id])
+            if n:
+                per_rank[r] += n
+                by_op.setdefault(b.boundary.op, [0] * cycle.ranks)[r] += n
+                first = first or f"rank {r} {b.name} ({n} element{'s' if n > 1 else ''})"
+    return per_rank, by_op, first
+
+
+def hand_expected(session: Session, cycle: Cycle, plan: Plan, expected) -> None:
+    """Give a session the expected outputs of the commands it replaces ("copy" needs them)."""
+    setter = getattr(session, "set_expected", None)
+    needs_copy = "copy" in plan.variants.values()
+    if setter is None:
+        if needs_copy:
+            raise UsageError("this driver's session has no set_expected(), so it cannot run 'copy'")
+        return
+    for i in plan.variants:
+        for bid in cycle.commands[i].outputs.values():
+            for r in range(cycle.ranks):
+                setter(r, bid, expected[r][bid])
+
+
+def _epoch(cycle, session, side: SideRun, expected, kind: str, index: int, graph: bool) -> None:
+    session.poison()
+    times = [float(t) for t in session.run(graph=graph)]
+    if len(times) != cycle.ranks:
+        raise UsageError(f"driver returned {len(times)} rank times for a {cycle.ranks}-rank cycle")
+    per_rank, by_op, first = check(cycle, session, expected)
+    side.tally.add(kind, by_op, first)
+    side.epochs.append(EpochResult(kind, index, times, per_rank, {op: sum(v) for op, v in by_op.items()}))
+
+
+def run_gate(corpus: Corpus, driver: Driver, plan: Plan, cycle: Cycle | None = None, bound=None,
+             settings: GateSettings = GateSettings(), progress=None) -> dict:
+    """Run the gate; returns the verdict (a JSON-ready dict, see verdict.build_verdict)."""
+    if cycle is None or bound is None:
+        cycle, bound = prepare(corpus)
+    rebased = corpus.info.rebased
+    expected = expected_outputs(cycle, bound.injected, bound.captured, rebased)
+    runs = {s: SideRun(s, Tally(cycle.ranks)) for s in SIDES}
+    with driver.load(cycle) as base, driver.load(cycle, plan.variants) as cand:
+        sessions = {"baseline": base, "candidate": cand}
+        for s in sessions.values():
+            load_inputs(s, bound.injected)
+        hand_expected(cand, cycle, plan, expected)
+        for e in range(settings.settle):
+            for s in SIDES:
+                _epoch(cycle, sessions[s], runs[s], expected, "settle", e, True)
+        for rep in range(settings.reps):
+            for s in SIDES:
+                for e in range(settings.epochs):
+                    _epoch(cycle, sessions[s], runs[s], expected, "graph", rep * settings.epochs + e, True)
+                if progress:
+                    progress(s, rep)
+        for k in range(settings.changed):
+            new = changed_inputs(cycle, settings.seed, k)
+            want = reference(cycle, [{**bound.injected[r], **new[r]} for r in range(cycle.ranks)])
+            hand_expected(cand, cycle, plan, want)
+            for s in SIDES:
+                load_inputs(sessions[s], new)
+                _epoch(cycle, sessions[s], runs[s], want, "changed", k, False)
+        timing_meaningful = bool(base.timing_meaningful and cand.timing_meaningful)
+    meta = {"corpus": str(corpus.root), "driver": driver.describe(), "geometry": corpus.geometry.to_json(),
+            "expected": "rebased" if rebased else "captured", "commands_per_rank": len(cycle.commands),
+            "timing_meaningful": timing_meaningful}
+    return build_verdict(meta, cycle, plan, settings, runs)

@@ -1,0 +1,129 @@
+"""Human rendering of a gate verdict (live or re-read from its JSON file) and its per-epoch plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .report import plot_epochs
+from .verdict import epochs_from_json
+
+_STYLE = {"PASS": "bold green", "FAIL": "bold red", "UNTIMED": "bold yellow"}
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def describe_changes(v: dict) -> list[str]:
+    out = []
+    for c in v["changes"]:
+        names = c["boundaries"]
+        span = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
+        what = f"--delete {c['selector']} ({c['impl']})" if c["deletion"] else f"{c['selector']} = {c['impl']}"
+        out.append(f"{what}: {c['commands']} command(s) per rank, {span}")
+    return out
+
+
+def render_gate(v: dict, console: Console) -> None:
+    console = _Plain(console)
+    g = v["geometry"]
+    ranks = g["ranks"]
+    console.print(f"corpus   {v['corpus']}  ({g['preset']}, D={g['hidden']}, layers={g['layers']}, TP={ranks}, "
+                  f"verify M={g['verify_rows']}, draft M={g['draft_rows']})")
+    console.print(f"driver   {v['driver']}; {v['commands_per_rank']} commands per rank; "
+                  f"expected outputs: {v['expected']}")
+    for line in describe_changes(v):
+        console.print(f"change   {line}")
+    s = v["settings"]
+    console.print(f"runs     {s['settle']} settle, then {s['reps']} x (baseline {s['epochs']} graph epochs, "
+                  f"candidate {s['epochs']} graph epochs), then {s['changed']} changed eager epochs each")
+    if v["mode"] == "bound":
+        console.print("mode     deletion-only upper bound: the most that optimizing these commands could save; "
+                      "exactness is not required (mismatch counts are for information)")
+    _exactness(v, console, ranks)
+    _timing(v, console, ranks)
+    sv = v["saved_ms"]
+    console.print(f"saved ms/cycle at the slowest rank: median {_ms(sv['median'])}, conservative "
+                  f"{_ms(sv['conservative'])} (candidate's slowest repetition vs baseline's fastest); "
+                  f"threshold {s['threshold_ms']:.3f}"
+                  + ("" if v["timing_meaningful"] else " - host times, not meaningful"))
+    console.print(f"exactness: {v['exactness_verdict']}; time: {v['time_verdict']}")
+    verdict = v["verdict"]
+    console.print(verdict + (": " + "; ".join(v["reasons"]) if v["reasons"] else ""), style=_STYLE.get(verdict, "bold"))
+
+
+class _Plain:
+    """Print without markup: paths, selectors and reasons may contain brackets."""
+
+    def __init__(self, console: Console):
+        self._console = console
+
+    def print(self, obj, style=None):
+        self._console.print(obj, style=style, markup=False)
+
+
+def _exactness(v: dict, console: Console, ranks: int) -> None:
+    required = v["exactness"]["required"]
+    t = Table(title="exactness (elements whose bits differ)" + ("" if required else " - not required"))
+    for c in ("side", "epochs", "exact"):
+        t.add_column(c, justify="right" if c != "side" else "left")
+    for r in range(ranks):
+        t.add_column(f"rank {r}", justify="right")
+    for side in ("baseline", "candidate"):
+        ex = v["exactness"][side]
+        for kind, label in (("settle", "settle"), ("graph", "graph"), ("changed", "changed (eager)")):
+            k = ex[kind]
+            if k["epochs"]:
+                t.add_row(f"{side} {label}", str(k["epochs"]), f"{k['exact']}/{k['epochs']}",
+                          *[str(n) for n in k["per_rank"]])
+    console.print(t)
+    ops: dict[str, list[int]] = {}
+    for kind in ("settle", "graph", "changed"):
+        for op, counts in v["exactness"]["candidate"][kind]["by_op"].items():
+            acc = ops.setdefault(op, [0] * ranks)
+            for r, n in enumerate(counts):
+                acc[r] += n
+    if ops:
+        bt = Table(title="candidate mismatching elements by op (all epochs)"
+                   + ("" if required else " - not required"))
+        bt.add_column("op")
+        for r in range(ranks):
+            bt.add_column(f"rank {r}", justify="right")
+        bt.add_column("total", justify="right")
+        for op, counts in sorted(ops.items()):
+            bt.add_row(op, *[str(n) for n in counts], str(sum(counts)))
+        console.print(bt)
+        console.print(f"first mismatch: {v['exactness']['candidate']['first']}")
+
+
+def _timing(v: dict, console: Console, ranks: int) -> None:
+    note = "" if v["timing_meaningful"] else " - host numpy times, not device times"
+    t = Table(title=f"time per cycle at the slowest rank, ms (graph epochs){note}")
+    for c in ("side", "median", "p10", "p90", "repetition medians"):
+        t.add_column(c, justify="left" if c in ("side", "repetition medians") else "right")
+    for side in ("baseline", "candidate"):
+        tm = v["timing"][side]
+        c = tm["cycle_ms"]
+        t.add_row(side, _ms(c["median"]), _ms(c["p10"]), _ms(c["p90"]), " ".join(_ms(x) for x in tm["reps_ms"]))
+    console.print(t)
+    rt = Table(title=f"median time per rank, ms{note}")
+    for c in ("rank", "baseline", "candidate", "saved"):
+        rt.add_column(c, justify="right")
+    for r in range(ranks):
+        b = v["timing"]["baseline"]["per_rank_ms"][r]["median"]
+        c = v["timing"]["candidate"]["per_rank_ms"][r]["median"]
+        rt.add_row(str(r), _ms(b), _ms(c), _ms(v["saved_ms"]["per_rank_median"][r]))
+    console.print(rt)
+
+
+def plot_gate(v: dict, path: Path) -> None:
+    """Per-epoch, per-rank cycle times of baseline and candidate (graph epochs, in run order per side)."""
+    what = "; ".join(f"{c['selector']}={c['impl']}" if not c["deletion"] else f"delete {c['selector']}"
+                     for c in v["changes"])
+    sv = v["saved_ms"]
+    title = (f"gate {what} on {v['driver']}\nsaved {_ms(sv['median'])} ms/cycle median, "
+             f"{_ms(sv['conservative'])} conservative -> {v['verdict']}")
+    plot_epochs({s: epochs_from_json(v, s) for s in ("baseline", "candidate")}, Path(path), title)

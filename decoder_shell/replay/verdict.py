@@ -1,0 +1,151 @@
+"""Gate verdicts: saved time (median and conservative), exactness, the decision, and the JSON file.
+
+The decision rule (docs/GATE.md): PASS only when the baseline is exact, the candidate is exact (unless
+the run is a deletion-only bound, where exactness is not asked), the driver's times measure the device,
+and the conservative saving reaches the threshold. When everything required holds except that the
+times are not meaningful (the cpu driver), the verdict is UNTIMED. Exit code: 0 for PASS, else 1.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import UsageError
+from .engine import EpochResult, percentiles
+
+FORMAT = "decoder-shell-gate-verdict"
+SCHEMA = 1
+KINDS = ("settle", "graph", "changed")
+
+
+def rep_medians(epochs: list[EpochResult], reps: int) -> list[float]:
+    """Median slowest-rank cycle time of each repetition (one block of graph epochs)."""
+    per = len(epochs) // reps
+    return [float(np.median([e.cycle_ms for e in epochs[i * per:(i + 1) * per]])) for i in range(reps)]
+
+
+def timing(epochs: list[EpochResult], reps: int) -> dict:
+    ranks = len(epochs[0].times_ms)
+    return {"cycle_ms": percentiles([e.cycle_ms for e in epochs]),
+            "per_rank_ms": [percentiles([e.times_ms[r] for e in epochs]) for r in range(ranks)],
+            "reps_ms": rep_medians(epochs, reps)}
+
+
+def savings(base: dict, cand: dict) -> dict:
+    """Saved ms/cycle at the slowest rank: median, and conservative (candidate's slowest repetition
+    against the baseline's fastest); per-rank medians for context."""
+    return {"median": base["cycle_ms"]["median"] - cand["cycle_ms"]["median"],
+            "conservative": min(base["reps_ms"]) - max(cand["reps_ms"]),
+            "per_rank_median": [b["median"] - c["median"] for b, c in zip(base["per_rank_ms"], cand["per_rank_ms"])]}
+
+
+def exactness(side, ranks: int) -> dict:
+    out = {}
+    for kind in KINDS:
+        es = side.of(kind)
+        by_op = side.tally.by_kind.get(kind, {})
+        out[kind] = {"epochs": len(es), "exact": sum(e.exact for e in es),
+                     "per_rank": [sum(e.mismatches[r] for e in es) for r in range(ranks)],
+                     "by_op": {op: list(v) for op, v in sorted(by_op.items())}}
+    out["exact"] = all(e.exact for e in side.epochs)
+    out["first"] = side.tally.first
+    return out
+
+
+def decide(v: dict) -> tuple[str, str, str, list[str]]:
+    """(verdict, exactness verdict, time verdict, reasons) from a verdict's measured parts."""
+    reasons = []
+    required = v["exactness"]["required"]
+    cand_exact = v["exactness"]["candidate"]["exact"]
+    if not v["exactness"]["baseline"]["exact"]:
+        reasons.append("baseline is not exact: the driver or corpus is broken, so the comparison is void "
+                       f"(first: {v['exactness']['baseline']['first']})")
+    if cand_exact:
+        exact_verdict = "exact"
+    elif required:
+        exact_verdict = "MISMATCH"
+        reasons.append(f"candidate is not exact (first: {v['exactness']['candidate']['first']})")
+    else:
+        exact_verdict = "not required"
+    saved, threshold = v["saved_ms"]["conservative"], v["settings"]["threshold_ms"]
+    if not v["timing_meaningful"]:
+        time_verdict = "not meaningful"
+    elif saved >= threshold:
+        time_verdict = "PASS"
+    else:
+        time_verdict = "FAIL"
+        reasons.append(f"conservative saving {saved:.3f} ms/cycle is below the threshold {threshold:.3f} ms")
+    if reasons:
+        verdict = "FAIL"
+    elif time_verdict == "not meaningful":
+        verdict = "UNTIMED"
+        reasons.append(f"times from {v['driver']} measure the host, not a device: no time verdict")
+    else:
+        verdict = "PASS"
+    return verdict, exact_verdict, time_verdict, reasons
+
+
+def build_verdict(meta: dict, cycle, plan, settings, runs: dict) -> dict:
+    ranks = cycle.ranks
+    graph = {s: r.of("graph") for s, r in runs.items()}
+    t = {s: timing(graph[s], settings.reps) for s in runs}
+    v = {"format": FORMAT, "schema": SCHEMA, **meta,
+         "mode": "bound" if plan.deletion else "candidate",
+         "changes": [c.to_json(cycle) for c in plan.changes],
+         "settings": {"reps": settings.reps, "epochs": settings.epochs, "changed": settings.changed,
+                      "settle": settings.settle, "seed": settings.seed, "threshold_ms": settings.threshold_ms},
+         "exactness": {"required": not plan.deletion,
+                       **{s: exactness(runs[s], ranks) for s in runs}},
+         "timing": t, "saved_ms": savings(t["baseline"], t["candidate"]),
+         "epochs": {s: [e.to_json() for e in runs[s].epochs] for s in runs}}
+    verdict, ev, tv, reasons = decide(v)
+    v.update(verdict=verdict, exactness_verdict=ev, time_verdict=tv, reasons=reasons)
+    return v
+
+
+def exit_code(v: dict) -> int:
+    return 0 if v["verdict"] == "PASS" else 1
+
+
+# --- the file ------------------------------------------------------------------------------------
+REQUIRED = {"format": str, "schema": int, "corpus": str, "driver": str, "geometry": dict, "mode": str,
+            "changes": list, "settings": dict, "exactness": dict, "timing": dict, "saved_ms": dict,
+            "epochs": dict, "verdict": str, "exactness_verdict": str, "time_verdict": str, "reasons": list,
+            "timing_meaningful": bool}
+
+
+def save_verdict(v: dict, path: Path) -> None:
+    try:
+        Path(path).write_text(json.dumps(v, indent=1, sort_keys=True) + "\n")
+    except OSError as e:
+        raise UsageError(f"cannot write verdict {path}: {e.strerror or e}") from None
+
+
+def load_verdict(path: Path) -> dict:
+    """Read a saved verdict; anything that is not one is a one-line UsageError naming the file."""
+    path = Path(path)
+    try:
+        v = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such verdict file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path}: cannot read ({e})") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
+    if not isinstance(v, dict) or v.get("format") != FORMAT:
+        raise UsageError(f"{path}: not a gate verdict (written by `shell gate --out`)")
+    if v.get("schema") != SCHEMA:
+        raise UsageError(f"{path}: verdict schema {v.get('schema')!r} is not supported (expected {SCHEMA})")
+    for key, typ in REQUIRED.items():
+        if not isinstance(v.get(key), typ):
+            raise UsageError(f"{path}: malformed verdict ('{key}' missing or not a {typ.__name__})")
+    return v
+
+
+def epochs_from_json(v: dict, side: str, kind: str = "graph") -> list[EpochResult]:
+    return [EpochResult(e["kind"], e["index"], [float(t) for t in e["times_ms"]], list(e["mismatches"]),
+                        dict(e.get("by_op", {})))
+            for e in v["epochs"].get(side, []) if e["kind"] == kind]
