@@ -1,0 +1,47 @@
+"""ctypes mirrors of the kernel argument structs in kernels.cu (passed by value, one per launch)."""
+
+from __future__ import annotations
+
+import ctypes as C
+
+from ...contracts.allreduce import RingContract
+
+MAXR = 8
+u64 = C.c_uint64
+
+
+class Ring(C.Structure):
+    _fields_ = [(n, C.c_int) for n in ("n", "ranks", "cpr", "per", "offset", "dir", "hop", "segments", "is_bf16")]
+
+
+class ArArgs(C.Structure):
+    _fields_ = [("inp", u64 * MAXR), ("out", u64 * MAXR), ("ring", Ring),
+                ("rank", C.c_int), ("lo", C.c_int), ("hi", C.c_int), ("mode", C.c_int)]
+
+
+class MhcArgs(C.Structure):
+    _fields_ = [("x", u64), ("peers", u64 * MAXR), ("ar_out", u64), ("ring", Ring),
+                *[(n, u64) for n in ("residual", "post_in", "comb_in", "fn", "base", "scale", "streams", "y",
+                                     "post_out", "comb_out", "scratch", "sync")],
+                ("M", C.c_int), ("D", C.c_int), ("x_is_bf16", C.c_int), ("sinkhorn_iters", C.c_int),
+                ("hc_eps", C.c_float), ("norm_eps", C.c_float)]
+
+
+def ring(contract: RingContract, n: int, ranks: int, is_bf16: bool) -> Ring:
+    itemsize = 2 if is_bf16 else 4
+    per = max(1, contract.max_chunk_bytes // itemsize) if contract.max_chunk_bytes else 0
+    return Ring(n=n, ranks=ranks, cpr=contract.chunks_per_rank, per=per, offset=contract.offset,
+                dir=contract.direction, hop=int(contract.accumulation == "hop"), segments=contract.segments,
+                is_bf16=int(is_bf16))
+
+
+class Launch:
+    """One kernel launch: function, geometry and its by-value argument struct (kept alive here)."""
+
+    def __init__(self, func, grid, block, args: C.Structure):
+        self.func, self.grid, self.block, self.args = func, grid, block, args
+        self.params = (C.c_void_p * 1)(C.addressof(args))
+
+    @property
+    def params_ptr(self) -> int:
+        return C.addressof(self.params)

@@ -1,0 +1,356 @@
+// decoder-shell CUDA kernels: every command, bit-identical to the numpy contracts
+// (decoder_shell/contracts, docs/CONTRACTS.md). Compiled by NVRTC with -fmad=false,
+// --prec-div=true, --prec-sqrt=true, --ftz=false; on top of that every fp32 operation goes through
+// ADD/MUL/DIV/SQRT (round-to-nearest intrinsics that are never contracted into an FMA).
+// The FMA_VARIANT macro builds a deliberately inexact variant (plain operators, -fmad=true) that the
+// gate uses to show an inexact candidate failing.
+
+#ifdef FMA_VARIANT
+#define ADD(a, b) ((a) + (b))
+#define MUL(a, b) ((a) * (b))
+#else
+#define ADD(a, b) __fadd_rn((a), (b))
+#define MUL(a, b) __fmul_rn((a), (b))
+#endif
+#define SUB(a, b) __fsub_rn((a), (b))
+#define DIV(a, b) __fdiv_rn((a), (b))
+#define SQRT(a) __fsqrt_rn(a)
+
+#define LANES 1024
+#define BLOCK 128
+#define HC 4
+#define MAXR 8
+#define SCALAR_ROWS 8  // rows handled at once by the scalar (split / Sinkhorn) stage: 16 threads a row
+
+typedef unsigned short bf16_t;
+typedef unsigned long long u64;
+
+// ---- bf16 (round to nearest even; NaN -> quiet NaN with its sign, as ml_dtypes) -------------------
+__device__ __forceinline__ bf16_t f2bf(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)(((u >> 16) & 0x8000u) | 0x7fc0u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (bf16_t)(u >> 16);
+}
+__device__ __forceinline__ float bf2f(bf16_t b) { return __uint_as_float(((unsigned)b) << 16); }
+__device__ __forceinline__ float round_bf(float f) { return bf2f(f2bf(f)); }
+
+// ---- portable exp (numerics.pexp) ----------------------------------------------------------------
+__device__ __forceinline__ float pexp(float x) {
+  x = fmaxf(fminf(x, 88.0f), -87.0f);
+  const float magic = 12582912.0f;
+  float n = SUB(ADD(MUL(x, 1.44269502162933349609375f), magic), magic);
+  float r = SUB(SUB(x, MUL(n, 0.693359375f)), MUL(n, -2.12194440e-4f));
+  float p = 1.0f / 5040.0f;
+  p = ADD(MUL(p, r), 1.0f / 720.0f);
+  p = ADD(MUL(p, r), 1.0f / 120.0f);
+  p = ADD(MUL(p, r), 1.0f / 24.0f);
+  p = ADD(MUL(p, r), 1.0f / 6.0f);
+  p = ADD(MUL(p, r), 0.5f);
+  p = ADD(MUL(p, r), 1.0f);
+  p = ADD(MUL(p, r), 1.0f);
+  return MUL(p, __int_as_float(((int)n + 127) << 23));
+}
+__device__ __forceinline__ float psigmoid(float z) { return DIV(1.0f, ADD(1.0f, pexp(-z))); }
+
+// ---- ring all-reduce contract (contracts/allreduce.py) -------------------------------------------
+struct Ring {
+  int n, ranks, cpr, per, offset, dir, hop, segments, is_bf16;
+};
+
+__device__ __forceinline__ int pmod(int a, int m) { int r = a % m; return r < 0 ? r + m : r; }
+__device__ __forceinline__ int cdiv(int a, int b) { return (a + b - 1) / b; }
+
+// owner rank of element e (the rank that ends a ring step holding its chunk fully reduced)
+__device__ __forceinline__ int ring_owner(const Ring& c, int e) {
+  int seg = cdiv(c.n, c.segments);
+  int s = e / seg, lo = s * seg;
+  int m = min(seg, c.n - lo);
+  int chunks = c.cpr * c.ranks;
+  if (c.per) chunks = max(chunks, cdiv(m, c.per));
+  chunks = cdiv(chunks, c.ranks) * c.ranks;
+  int size = cdiv(m, chunks);
+  return ((e - lo) / size) / (chunks / c.ranks);
+}
+
+__device__ __forceinline__ float ld(const void* p, size_t e, int is_bf16) {
+  return is_bf16 ? bf2f(((const bf16_t*)p)[e]) : ((const float*)p)[e];
+}
+
+__device__ __forceinline__ float ring_fold(const void* const* in, const Ring& c, int e) {
+  int start = pmod(ring_owner(c, e) + c.offset, c.ranks);
+  float acc = ld(in[start], e, c.is_bf16);
+  for (int t = 1; t < c.ranks; t++) {
+    acc = ADD(acc, ld(in[pmod(start + t * c.dir, c.ranks)], e, c.is_bf16));
+    if (c.hop && c.is_bf16) acc = round_bf(acc);
+  }
+  return c.is_bf16 ? round_bf(acc) : acc;
+}
+
+__device__ __forceinline__ void st(void* p, size_t e, float v, int is_bf16) {
+  if (is_bf16) ((bf16_t*)p)[e] = f2bf(v); else ((float*)p)[e] = v;
+}
+
+struct ArArgs {
+  const void* in[MAXR];   // every rank's input (partial sums), rank order
+  void* out[MAXR];        // every rank's output (peers' outputs for the gather step)
+  Ring ring;
+  int rank;               // whose output this launch writes
+  int lo, hi;             // element range of this launch (a segment, or everything)
+  int mode;               // 0: fold everything; 1: fold owned chunks only; 2: gather peers' chunks
+};
+
+// One-shot all-reduce: this rank reads every peer's input in the contract's fixed order.
+// mode 1/2 split it into a reduce-scatter and an all-gather step (the ring's structure).
+extern "C" __global__ void __launch_bounds__(256) allreduce_kernel(const ArArgs a) {
+  for (int e = a.lo + blockIdx.x * blockDim.x + threadIdx.x; e < a.hi; e += gridDim.x * blockDim.x) {
+    if (a.mode == 0) {
+      st(a.out[a.rank], e, ring_fold(a.in, a.ring, e), a.ring.is_bf16);
+    } else {
+      int owner = ring_owner(a.ring, e);
+      if (a.mode == 1 && owner == a.rank) {
+        st(a.out[a.rank], e, ring_fold(a.in, a.ring, e), a.ring.is_bf16);
+      } else if (a.mode == 2 && owner != a.rank) {
+        if (a.ring.is_bf16) ((bf16_t*)a.out[a.rank])[e] = ((const bf16_t*)a.out[owner])[e];
+        else ((float*)a.out[a.rank])[e] = ((const float*)a.out[owner])[e];
+      }
+    }
+  }
+}
+
+extern "C" __global__ void empty_kernel() {}
+
+// ---- mHC boundary kernel -------------------------------------------------------------------------
+struct MhcArgs {
+  const void* x;               // reduced sub-block output [M, D] (reduction dtype); unused when fused
+  const void* peers[MAXR];     // fused: every rank's partial input
+  void* ar_out;                // fused: this rank's all-reduce output
+  Ring ring;                   // fused: the all-reduce contract
+  const bf16_t* residual;      // [M, HC, D]
+  const float* post_in;        // [M, HC]
+  const float* comb_in;        // [M, HC, HC]
+  const float* fn;             // [NOUT, HC*D]
+  const float* base;           // [NOUT]
+  const float* scale;          // [3] or [1]
+  bf16_t* streams;             // [M, HC, D]
+  bf16_t* y;                   // [M, D]
+  float* post_out;             // [M, HC]
+  float* comb_out;             // [M, HC, HC]
+  float* scratch;              // [M][nbx][NOUT+1] block partials, then [M][HC] pre
+  unsigned* sync;              // [0]: arrivals, [1]: generation
+  int M, D, x_is_bf16, sinkhorn_iters;
+  float hc_eps, norm_eps;
+};
+
+enum { OP_PRE = 0, OP_POST_PRE = 1, OP_POST_HEAD = 2 };
+
+// The stream value streams[m, k, d] this boundary produces (written to `streams`), as fp32.
+template <int OP, bool FUSED>
+__device__ __forceinline__ float stream_value(const MhcArgs& a, int m, int k, int d) {
+  size_t xd = (size_t)m * a.D + d;
+  float x;
+  if (FUSED) {
+    x = ring_fold(a.peers, a.ring, (int)xd);
+    if (k == 0) st(a.ar_out, xd, x, a.ring.is_bf16);
+  } else {
+    x = ld(a.x, xd, a.x_is_bf16);
+  }
+  float v;
+  if (OP == OP_PRE) {
+    v = x;
+  } else {
+    const float* cb = a.comb_in + m * HC * HC;
+    const bf16_t* res = a.residual + (size_t)m * HC * a.D + d;
+    float mix = MUL(cb[0 * HC + k], bf2f(res[0]));
+    mix = ADD(mix, MUL(cb[1 * HC + k], bf2f(res[(size_t)a.D])));
+    mix = ADD(mix, MUL(cb[2 * HC + k], bf2f(res[(size_t)2 * a.D])));
+    mix = ADD(mix, MUL(cb[3 * HC + k], bf2f(res[(size_t)3 * a.D])));
+    v = ADD(MUL(a.post_in[m * HC + k], x), mix);
+  }
+  bf16_t b = f2bf(v);
+  a.streams[((size_t)m * HC + k) * a.D + d] = b;
+  return bf2f(b);
+}
+
+// Sum of the 4 warps' values in adjacent-pair order ((w0+w1)+(w2+w3)).
+__device__ __forceinline__ float tree4(const float* w) { return ADD(ADD(w[0], w[1]), ADD(w[2], w[3])); }
+
+// Grid: x = LANES / BLOCK lane groups, y = ceil(M / RPB) row groups; BLOCK threads.
+// Every block: streams for its lanes, lane partial sums, block tree. The last block to arrive:
+// cross-block tree, rsqrt, split, Sinkhorn, post/comb outputs, pre. Then every block collapses its
+// slice of y. Blocks that wait have already arrived and the last arrival is running, so the wait
+// cannot deadlock; grids are LANES / BLOCK x ceil(M / RPB) blocks.
+template <int NOUT, int RPB, int OP, bool FUSED>
+__device__ void mhc_boundary(const MhcArgs& a) {
+  __shared__ float warp_part[RPB][NOUT + 1][BLOCK / 32];
+  __shared__ float mix_s[SCALAR_ROWS][NOUT];
+  __shared__ float comb_s[SCALAR_ROWS][HC][HC];
+  __shared__ unsigned gen_s;
+  __shared__ int last_s;
+
+  const int nbx = gridDim.x;
+  const int N = HC * a.D;
+  const int t = threadIdx.x;
+  const int lane = blockIdx.x * BLOCK + t;
+  const int row0 = blockIdx.y * RPB;
+  const int rows = min(RPB, a.M - row0);
+  const int nblocks = gridDim.x * gridDim.y;
+
+  if (t == 0) gen_s = *(volatile unsigned*)&a.sync[1];
+
+  float acc[RPB][NOUT + 1];
+#pragma unroll
+  for (int r = 0; r < RPB; r++)
+#pragma unroll
+    for (int o = 0; o <= NOUT; o++) acc[r][o] = 0.0f;
+
+  for (int i = lane; i < N; i += LANES) {
+    int k = i / a.D, d = i - k * a.D;
+    float f[NOUT];
+#pragma unroll
+    for (int o = 0; o < NOUT; o++) f[o] = __ldg(a.fn + (size_t)o * N + i);
+#pragma unroll
+    for (int r = 0; r < RPB; r++) {
+      if (r < rows) {
+        float s = stream_value<OP, FUSED>(a, row0 + r, k, d);
+        acc[r][0] = ADD(acc[r][0], MUL(s, s));
+#pragma unroll
+        for (int o = 0; o < NOUT; o++) acc[r][o + 1] = ADD(acc[r][o + 1], MUL(s, f[o]));
+      }
+    }
+  }
+
+  // lane tree inside the warp (adjacent pairs), then across the block's 4 warps
+#pragma unroll
+  for (int r = 0; r < RPB; r++)
+#pragma unroll
+    for (int o = 0; o <= NOUT; o++) {
+      float v = acc[r][o];
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) v = ADD(v, __shfl_down_sync(0xffffffffu, v, off));
+      if ((t & 31) == 0) warp_part[r][o][t >> 5] = v;
+    }
+  __syncthreads();
+  for (int q = t; q < rows * (NOUT + 1); q += BLOCK) {
+    int r = q / (NOUT + 1), o = q - r * (NOUT + 1);
+    a.scratch[((size_t)(row0 + r) * nbx + blockIdx.x) * (NOUT + 1) + o] = tree4(warp_part[r][o]);
+  }
+  __threadfence();
+  __syncthreads();
+  if (t == 0) last_s = atomicAdd(&a.sync[0], 1u) == (unsigned)(nblocks - 1);
+  __syncthreads();
+
+  float* pre_g = a.scratch + (size_t)a.M * nbx * (NOUT + 1);
+  if (last_s) {
+    __threadfence();
+    for (int m0 = 0; m0 < a.M; m0 += SCALAR_ROWS) {
+      int mrows = min(SCALAR_ROWS, a.M - m0);
+      // cross-block tree and rsqrt: one thread per (row, output)
+      for (int q = t; q < mrows * NOUT; q += BLOCK) {
+        int mr = q / NOUT, o = q - mr * NOUT;
+        const float* p = a.scratch + (size_t)(m0 + mr) * nbx * (NOUT + 1);
+        float v[LANES / BLOCK], ss[LANES / BLOCK];
+#pragma unroll
+        for (int b = 0; b < LANES / BLOCK; b++) {
+          v[b] = b < nbx ? __ldcg(p + b * (NOUT + 1) + o + 1) : 0.0f;
+          ss[b] = b < nbx ? __ldcg(p + b * (NOUT + 1)) : 0.0f;
+        }
+#pragma unroll
+        for (int step = 1; step < LANES / BLOCK; step <<= 1)
+#pragma unroll
+          for (int b = 0; b < LANES / BLOCK; b += 2 * step) {
+            v[b] = ADD(v[b], v[b + step]);
+            ss[b] = ADD(ss[b], ss[b + step]);
+          }
+        float rs = DIV(1.0f, SQRT(ADD(DIV(ss[0], (float)N), a.norm_eps)));
+        mix_s[mr][o] = MUL(v[0], rs);
+      }
+      __syncthreads();
+      if (OP == OP_POST_HEAD) {
+        for (int q = t; q < mrows * HC; q += BLOCK) {
+          int mr = q / HC, h = q - mr * HC;
+          pre_g[(m0 + mr) * HC + h] = ADD(psigmoid(ADD(MUL(mix_s[mr][h], a.scale[0]), a.base[h])), a.hc_eps);
+        }
+      } else {
+        for (int q = t; q < mrows * 2 * HC; q += BLOCK) {
+          int mr = q / (2 * HC), h = q - mr * 2 * HC;
+          if (h < HC) {
+            pre_g[(m0 + mr) * HC + h] = ADD(psigmoid(ADD(MUL(mix_s[mr][h], a.scale[0]), a.base[h])), a.hc_eps);
+          } else {
+            a.post_out[(m0 + mr) * HC + h - HC] =
+                MUL(2.0f, psigmoid(ADD(MUL(mix_s[mr][h], a.scale[1]), a.base[h])));
+          }
+        }
+        // Sinkhorn: 16 threads a row, thread (j, k) owns comb[j][k]
+        const int mr = t >> 4, j = (t >> 2) & 3, k = t & 3;
+        const bool on = mr < mrows;
+        float c = 0.0f;
+        if (on) {
+          float lg = ADD(MUL(mix_s[mr][2 * HC + j * HC + k], a.scale[2]), a.base[2 * HC + j * HC + k]);
+          comb_s[mr][j][k] = lg;
+        }
+        __syncthreads();
+        if (on) {
+          float mx = fmaxf(fmaxf(comb_s[mr][j][0], comb_s[mr][j][1]), fmaxf(comb_s[mr][j][2], comb_s[mr][j][3]));
+          c = pexp(SUB(comb_s[mr][j][k], mx));
+        }
+        __syncthreads();
+        if (on) comb_s[mr][j][k] = c;
+        __syncthreads();
+        if (on) {
+          float s = ADD(ADD(ADD(comb_s[mr][j][0], comb_s[mr][j][1]), comb_s[mr][j][2]), comb_s[mr][j][3]);
+          c = ADD(DIV(c, s), a.hc_eps);
+        }
+        __syncthreads();
+        if (on) comb_s[mr][j][k] = c;
+        __syncthreads();
+        for (int it = 0; it < 2 * a.sinkhorn_iters - 1; it++) {
+          const bool cols = (it & 1) == 0;  // col, then (row, col) x (iters - 1)
+          if (on) {
+            float s = cols ? ADD(ADD(ADD(comb_s[mr][0][k], comb_s[mr][1][k]), comb_s[mr][2][k]), comb_s[mr][3][k])
+                           : ADD(ADD(ADD(comb_s[mr][j][0], comb_s[mr][j][1]), comb_s[mr][j][2]), comb_s[mr][j][3]);
+            c = DIV(c, ADD(s, a.hc_eps));
+          }
+          __syncthreads();
+          if (on) comb_s[mr][j][k] = c;
+          __syncthreads();
+        }
+        if (on) a.comb_out[((m0 + mr) * HC + j) * HC + k] = c;
+      }
+      __syncthreads();
+    }
+    __threadfence();
+    __syncthreads();
+    if (t == 0) {
+      atomicExch(&a.sync[0], 0u);
+      __threadfence();
+      atomicAdd(&a.sync[1], 1u);
+    }
+  } else {
+    if (t == 0) {
+      while (*(volatile unsigned*)&a.sync[1] == gen_s) { __nanosleep(32); }
+      __threadfence();
+    }
+  }
+  __syncthreads();
+
+  // collapse: y[m, d] = ((p0*s0 + p1*s1) + p2*s2) + p3*s3, this block's slice of d
+  const int per = (a.D + nbx - 1) / nbx;
+  const int d0 = blockIdx.x * per, d1 = min(a.D, d0 + per);
+  for (int r = 0; r < rows; r++) {
+    const int m = row0 + r;
+    const float p0 = __ldcg(pre_g + m * HC + 0), p1 = __ldcg(pre_g + m * HC + 1);
+    const float p2 = __ldcg(pre_g + m * HC + 2), p3 = __ldcg(pre_g + m * HC + 3);
+    const bf16_t* sm = a.streams + (size_t)m * HC * a.D;
+    for (int d = d0 + t; d < d1; d += BLOCK) {
+      float v = MUL(p0, bf2f(__ldcg(sm + d)));
+      v = ADD(v, MUL(p1, bf2f(__ldcg(sm + a.D + d))));
+      v = ADD(v, MUL(p2, bf2f(__ldcg(sm + 2 * a.D + d))));
+      v = ADD(v, MUL(p3, bf2f(__ldcg(sm + 3 * a.D + d))));
+      a.y[(size_t)m * a.D + d] = f2bf(v);
+    }
+  }
+}
+
+// Instantiations are generated by the driver: extern "C" wrappers named
+//   mhc_<op>_r<RPB>[_fused]  with op in {pre, post_pre, post_head}.

@@ -1,0 +1,202 @@
+"""Benchmark: the shell's CUDA replay against PyTorch eager and one torch CUDA graph of the same work.
+
+dsv4-flash geometry (D=4096, 43 layers: 86 sub-blocks + the embedding reduction = 87 all-reduces and
+86 mHC boundaries per rank), TP ranks emulated on one GPU, verify rows M = 1, 2, 4, 8, no draft
+phase (the DESIGN.md 9 table's work). Every side runs the same cycle: per rank, each all-reduce sums
+the R partials, each boundary runs hc_post + hc_pre (transformers-style math on the torch side).
+Also measured: the launch floor (the same graph with every command an empty kernel) and the fused
+variants. All times: CUDA events, warm-up first, medians over epochs, slowest rank; ratios last.
+
+    python tools/bench_replay.py [--rows 1 2 4 8] [--tp 4] [--epochs 50] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from decoder_shell.commands.program import build_cycle, reference  # noqa: E402
+from decoder_shell.contracts.allreduce import RingContract  # noqa: E402
+from decoder_shell.corpus.synth import injected_values  # noqa: E402
+from decoder_shell.drivers import get_driver  # noqa: E402
+from decoder_shell.geometry import preset  # noqa: E402
+from decoder_shell.replay.compare import mismatches  # noqa: E402
+
+
+def shell_times(drv, cyc, values, expected, variants, epochs, warmup=10):
+    """Median slowest-rank ms per cycle of graph epochs, and the mismatch count of a checked epoch."""
+    with drv.load(cyc, variants) as s:
+        for r in range(cyc.ranks):
+            for bid, a in values[r].items():
+                s.write(r, bid, a)
+        for _ in range(warmup):
+            s.run()
+        s.poison()
+        s.run()
+        bad = sum(mismatches(s.read(r, b.id), expected[r][b.id]) for r in range(cyc.ranks) for b in cyc.outputs())
+        times = [max(s.run()) for _ in range(epochs)]
+        return statistics.median(times), bad, s.node_count
+
+
+def torch_cycle_fn(cyc, values, device):
+    """Build the same cycle in torch (transformers-style mHC, sum of partials); returns (fn, outputs)."""
+    import torch
+    import torch.nn.functional as F
+
+    g = cyc.geometry
+    bf16 = torch.bfloat16
+
+    def t(a):
+        if a.dtype == np.float32:
+            return torch.from_numpy(np.ascontiguousarray(a)).to(device)
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(bf16).to(device)
+
+    R = cyc.ranks
+    bufs = [{bid: t(a) for bid, a in values[r].items()} for r in range(R)]
+    eps, neps, iters, hc = g.mhc.hc_eps, g.mhc.norm_eps, g.mhc.sinkhorn_iters, g.hc
+
+    def mixes_of(streams, fn):
+        flat = streams.reshape(streams.shape[0], -1).float()
+        flat = flat * torch.rsqrt(flat.square().mean(-1, keepdim=True) + neps)
+        return F.linear(flat, fn)
+
+    def hc_pre(streams, fn, base, scale):
+        mixes = mixes_of(streams, fn)
+        pre = torch.sigmoid(mixes[:, :hc] * scale[0] + base[:hc]) + eps
+        post = 2 * torch.sigmoid(mixes[:, hc:2 * hc] * scale[1] + base[hc:2 * hc])
+        comb = (mixes[:, 2 * hc:] * scale[2] + base[2 * hc:]).view(-1, hc, hc)
+        comb = torch.softmax(comb, dim=-1) + eps
+        comb = comb / (comb.sum(-2, keepdim=True) + eps)
+        for _ in range(iters - 1):
+            comb = comb / (comb.sum(-1, keepdim=True) + eps)
+            comb = comb / (comb.sum(-2, keepdim=True) + eps)
+        y = (pre.unsqueeze(-1) * streams).sum(1).to(bf16)
+        return y, post, comb
+
+    def hc_post(x, residual, post, comb):
+        return (post.unsqueeze(-1) * x.float().unsqueeze(1)
+                + torch.matmul(comb.transpose(-1, -2), residual.float())).to(bf16)
+
+    state = [dict() for _ in range(R)]
+
+    def run():
+        for cmd in cyc.commands:
+            if cmd.op == "allreduce":
+                xs = [bufs[r][cmd.inputs["x"]] for r in range(R)]
+                for r in range(R):
+                    acc = xs[(r + 1) % R]
+                    for q in range(2, R + 1):
+                        acc = acc + xs[(r + q) % R]
+                    state[r][cmd.outputs["out"]] = acc
+                continue
+            for r in range(R):
+                s, b = state[r], bufs[r]
+                x = s[cmd.inputs["x"]]
+                fn, base, scale = b[cmd.inputs["fn"]], b[cmd.inputs["base"]], b[cmd.inputs["scale"]]
+                if cmd.op == "mhc_pre":
+                    streams = x.to(bf16).unsqueeze(1).expand(-1, hc, -1).contiguous()
+                else:
+                    streams = hc_post(x, s[cmd.inputs["residual"]], s[cmd.inputs["post"]], s[cmd.inputs["comb"]])
+                s[cmd.outputs["streams"]] = streams
+                if cmd.op == "mhc_post_head":
+                    mixes = mixes_of(streams, fn)
+                    pre = torch.sigmoid(mixes * scale[0] + base) + eps
+                    s[cmd.outputs["y"]] = (pre.unsqueeze(-1) * streams).sum(1).to(bf16)
+                else:
+                    y, post, comb = hc_pre(streams, fn, base, scale)
+                    s[cmd.outputs["y"]], s[cmd.outputs["next_post"]], s[cmd.outputs["next_comb"]] = y, post, comb
+    return run
+
+
+def torch_times(cyc, values, eager_reps=3, graph_reps=20):
+    import torch
+    dev = torch.device("cuda")
+    run = torch_cycle_fn(cyc, values, dev)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def timed(fn):
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end)
+
+    for _ in range(2):
+        run()
+    torch.cuda.synchronize()
+    eager = statistics.median(timed(run) for _ in range(eager_reps))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        run()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    for _ in range(3):
+        graph.replay()
+    g = statistics.median(timed(graph.replay) for _ in range(graph_reps))
+    del graph
+    torch.cuda.empty_cache()
+    return eager, g
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--tp", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=50)
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    drv = get_driver("cuda")
+    rows_out = []
+    for m in args.rows:
+        g = preset("dsv4-flash", tp=args.tp, verify_rows=m, draft_rows=0)
+        cyc = build_cycle(g, RingContract())
+        values = injected_values(cyc, [7, m])
+        t0 = time.time()
+        expected = reference(cyc, values)
+        mh = [c.index for c in cyc.commands if c.op != "allreduce"]
+        configs = {"shell baseline": {}, "shell fused-allreduce-mhc": {i: "fused-allreduce-mhc" for i in mh}}
+        if m in (2, 4, 8):
+            configs[f"shell fused-m{m}"] = {i: f"fused-m{m}" for i in mh}
+        configs["floor: empty kernels"] = {c.index: "empty" for c in cyc.commands}
+        row = {"M": m, "tp": args.tp, "commands_per_rank": len(cyc.commands)}
+        for name, v in configs.items():
+            med, bad, nodes = shell_times(drv, cyc, values, expected, v, args.epochs)
+            row[name] = {"ms": med, "mismatches": bad if "empty" not in name else None, "kernel_nodes": nodes}
+        if not args.no_torch:
+            eager, graph = torch_times(cyc, values)
+            row["torch eager"] = {"ms": eager}
+            row["torch cuda graph"] = {"ms": graph}
+        row["seconds"] = round(time.time() - t0, 1)
+        rows_out.append(row)
+        print(json.dumps(row), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"driver": drv.describe(), "rows": rows_out}, indent=1))
+    names = [k for k in rows_out[0] if isinstance(rows_out[0][k], dict)]
+    print(f"\n{drv.describe()}, dsv4-flash, TP{args.tp} emulated, verify only; ms per cycle, slowest rank (median)")
+    print("| implementation | " + " | ".join(f"M={r['M']}" for r in rows_out) + " |")
+    print("|---|" + "---|" * len(rows_out))
+    for n in names:
+        print(f"| {n} | " + " | ".join(f"{r[n]['ms']:.3f}" if n in r else "-" for r in rows_out) + " |")
+    base = "torch cuda graph"
+    if all(base in r for r in rows_out):
+        for n in names:
+            if n.startswith("shell"):
+                print(f"| ratio {n} / {base} | " + " | ".join(
+                    f"{r[n]['ms'] / r[base]['ms']:.4f}" if n in r else "-" for r in rows_out) + " |")
+    print("| mismatching elements (shell baseline) | " + " | ".join(str(r["shell baseline"]["mismatches"]) for r in rows_out) + " |")
+
+
+if __name__ == "__main__":
+    main()
