@@ -15,13 +15,22 @@ class LevelZeroDriver(Driver):
 
     def __init__(self, device: str | None = None):
         self.kind, self.device = runtime.select_device(device or runtime.device_choice())
+        self._target = None
+
+    @property
+    def target(self):
+        """The device's queue and program, built at first use and shared by every session."""
+        if self._target is None:
+            from .sycl_session import Target
+            self._target = Target(self.device)
+        return self._target
 
     def load(self, cycle, variants=None):
         if self.kind == "gpu":
             from .ze_session import ZeSession
-            return ZeSession(cycle, self.device, variants)
+            return ZeSession(cycle, self.target, variants)
         from .sycl_session import SyclSession
-        return SyclSession(cycle, self.device, variants)
+        return SyclSession(cycle, self.target, variants)
 
     def describe(self):
         d = self.device

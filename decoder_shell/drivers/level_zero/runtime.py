@@ -12,7 +12,7 @@ import importlib.metadata
 import os
 from pathlib import Path
 
-from ...errors import DriverUnavailable
+from ...errors import DriverUnavailable, UsageError
 
 #: SHELL_LEVEL_ZERO_DEVICE: "auto" (GPU if present, else CPU), "gpu" (Level Zero only) or "cpu".
 DEVICE_ENV = "SHELL_LEVEL_ZERO_DEVICE"
@@ -59,7 +59,7 @@ def import_dpctl():
 def device_choice() -> str:
     choice = os.environ.get(DEVICE_ENV, "auto").strip().lower() or "auto"
     if choice not in DEVICE_CHOICES:
-        raise DriverUnavailable(f"{DEVICE_ENV}={choice!r} is not one of {', '.join(DEVICE_CHOICES)}")
+        raise UsageError(f"{DEVICE_ENV}={choice!r} is not one of {', '.join(DEVICE_CHOICES)}")
     return choice
 
 

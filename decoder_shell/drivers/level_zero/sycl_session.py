@@ -1,7 +1,9 @@
 """The SYCL path: dpctl queue, USM device allocations made once, SPIR-V program, timed submissions.
 
-Every launch of the plan is resolved to (kernel, argument list, ranges) at load, so an epoch only
-submits. Times come from the queue's profiling events: each launch's device start..end.
+A Target (one device: its in-order profiling queue and the program built from SPIR-V) is made once
+per driver and shared by its sessions. Every launch of a session's plan is resolved to (kernel,
+argument list, ranges) at load, so an epoch only submits. Times come from the queue's profiling
+events: each launch's device start..end.
 """
 
 from __future__ import annotations
@@ -18,20 +20,29 @@ from . import spirv
 _SCALARS = {"u32": ctypes.c_uint32, "i32": ctypes.c_int32, "f32": ctypes.c_float}
 
 
+class Target:
+    """One device with its queue and kernels, built once (building the program takes seconds)."""
+
+    def __init__(self, device):
+        import dpctl
+        import dpctl.program
+
+        self.device = device
+        self.queue = dpctl.SyclQueue(device, property=["in_order", "enable_profiling"])
+        self.group = planning.group_size(device.max_work_group_size)
+        self.spirv = spirv.build(planning.LANES // self.group)
+        self.program = dpctl.program.create_program_from_spirv(self.queue, self.spirv, spirv.RUNTIME_OPTIONS)
+
+
 class SyclSession(Session):
     timing_meaningful = True
 
-    def __init__(self, cycle: Cycle, device, variants: dict | None = None, label: str = ""):
-        import dpctl
+    def __init__(self, cycle: Cycle, target: Target, variants: dict | None = None):
         import dpctl.memory
-        import dpctl.program
 
-        self.cycle, self.label = cycle, label
-        self.queue = dpctl.SyclQueue(device, property=["in_order", "enable_profiling"])
-        self.group = planning.group_size(device.max_work_group_size)
+        self.cycle, self.target = cycle, target
+        self.queue, self.group, self.program = target.queue, target.group, target.program
         self.plan = planning.build_plan(cycle, self.group, variants)
-        self.program = dpctl.program.create_program_from_spirv(
-            self.queue, spirv.build(planning.LANES // self.group), spirv.RUNTIME_OPTIONS)
         # One allocation per buffer id, every rank's copy back to back; never freed or moved until close.
         self.mem = [dpctl.memory.MemoryUSMDevice(max(b.nbytes, 1) * cycle.ranks, queue=self.queue)
                     for b in cycle.buffers]
