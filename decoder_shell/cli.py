@@ -153,7 +153,7 @@ def _extensions():
         try:
             m = __import__(mod, fromlist=["register"])
         except ModuleNotFoundError as e:
-            if e.name != mod:
+            if not (e.name and mod.startswith(e.name)):
                 raise
             continue
         regs.append(m.register)
