@@ -29,6 +29,8 @@ TOOLCHAINS = (("clang-15", "llvm-spirv-15"), ("clang-14", "llvm-spirv-14"), ("cl
 CLANG_FLAGS = ("-x", "cl", "-cl-std=CL2.0", "-target", "spir64", "-emit-llvm", "-c", "-O2",
                "-Xclang", "-disable-llvm-passes", "-Xclang", "-finclude-default-header", "-cl-fp32-correctly-rounded-divide-sqrt",
                "-ffp-contract=off")
+#: Every entry point gets ExecutionMode ContractionOff, whatever the translator would infer.
+TRANSLATOR_FLAGS = ("--spirv-fp-contract=off",)
 #: Options for the runtime's SPIR-V -> device code step: no fast math, exact division and sqrt.
 RUNTIME_OPTIONS = "-cl-fp32-correctly-rounded-divide-sqrt"
 
@@ -77,7 +79,8 @@ def build(lanes_per_item: int = 1, cache: Path | None = None) -> bytes:
     defines = numerics_defines(lanes_per_item)
     flags = [*CLANG_FLAGS, *(f"-D{k}={v}" for k, v in sorted(defines.items()))]
     src = source()
-    key = hashlib.sha256("\0".join([src, *flags, _version(clang), _version(translator)]).encode()).hexdigest()
+    key = hashlib.sha256("\0".join([src, *flags, *TRANSLATOR_FLAGS, _version(clang),
+                                     _version(translator)]).encode()).hexdigest()
     cache = cache or cache_dir()
     path = cache / f"{key}.spv"
     if path.is_file():
@@ -87,7 +90,7 @@ def build(lanes_per_item: int = 1, cache: Path | None = None) -> bytes:
         cl, bc, spv = (Path(tmp) / n for n in ("kernels.cl", "kernels.bc", "kernels.spv"))
         cl.write_text(src)
         _run([clang, *flags, str(cl), "-o", str(bc)], "clang")
-        _run([translator, str(bc), "-o", str(spv)], "llvm-spirv")
+        _run([translator, *TRANSLATOR_FLAGS, str(bc), "-o", str(spv)], "llvm-spirv")
         data = spv.read_bytes()
         part = Path(tmp) / "part"
         part.write_bytes(data)
