@@ -77,12 +77,21 @@ __device__ __forceinline__ float ld(const void* p, size_t e, int is_bf16) {
   return is_bf16 ? bf2f(((const bf16_t*)p)[e]) : ((const float*)p)[e];
 }
 
+// All R peer values are loaded before the fold starts (independent loads in flight), then added in
+// the contract's order.
 __device__ __forceinline__ float ring_fold(const void* const* in, const Ring& c, int e) {
   int start = pmod(ring_owner(c, e) + c.offset, c.ranks);
-  float acc = ld(in[start], e, c.is_bf16);
-  for (int t = 1; t < c.ranks; t++) {
-    acc = ADD(acc, ld(in[pmod(start + t * c.dir, c.ranks)], e, c.is_bf16));
-    if (c.hop && c.is_bf16) acc = round_bf(acc);
+  float v[MAXR];
+#pragma unroll
+  for (int t = 0; t < MAXR; t++)
+    v[t] = t < c.ranks ? ld(in[pmod(start + t * c.dir, c.ranks)], e, c.is_bf16) : 0.0f;
+  float acc = v[0];
+#pragma unroll
+  for (int t = 1; t < MAXR; t++) {
+    if (t < c.ranks) {
+      acc = ADD(acc, v[t]);
+      if (c.hop && c.is_bf16) acc = round_bf(acc);
+    }
   }
   return c.is_bf16 ? round_bf(acc) : acc;
 }
@@ -144,14 +153,15 @@ struct MhcArgs {
 
 enum { OP_PRE = 0, OP_POST_PRE = 1, OP_POST_HEAD = 2 };
 
-// The stream value streams[m, k, d] this boundary produces (written to `streams`), as fp32.
+// The stream value streams[m, k, d] this boundary produces, as fp32; written to `streams` when
+// `write` (one output group writes, the others recompute it).
 template <int OP, bool FUSED>
-__device__ __forceinline__ float stream_value(const MhcArgs& a, int m, int k, int d) {
+__device__ __forceinline__ float stream_value(const MhcArgs& a, int m, int k, int d, bool write) {
   size_t xd = (size_t)m * a.D + d;
   float x;
   if (FUSED) {
     x = ring_fold(a.peers, a.ring, (int)xd);
-    if (k == 0) st(a.ar_out, xd, x, a.ring.is_bf16);
+    if (write && k == 0) st(a.ar_out, xd, x, a.ring.is_bf16);
   } else {
     x = ld(a.x, xd, a.x_is_bf16);
   }
@@ -168,23 +178,24 @@ __device__ __forceinline__ float stream_value(const MhcArgs& a, int m, int k, in
     v = ADD(MUL(a.post_in[m * HC + k], x), mix);
   }
   bf16_t b = f2bf(v);
-  a.streams[((size_t)m * HC + k) * a.D + d] = b;
+  if (write) a.streams[((size_t)m * HC + k) * a.D + d] = b;
   return bf2f(b);
 }
 
 // Sum of the 4 warps' values in adjacent-pair order ((w0+w1)+(w2+w3)).
 __device__ __forceinline__ float tree4(const float* w) { return ADD(ADD(w[0], w[1]), ADD(w[2], w[3])); }
 
-// Grid: x = LANES / BLOCK lane groups, y = ceil(M / RPB) row groups; BLOCK threads.
-// Every block: streams for its lanes, lane partial sums, block tree. The last block to arrive:
-// cross-block tree, rsqrt, split, Sinkhorn, post/comb outputs, pre. Then every block collapses its
-// slice of y. Blocks that wait have already arrived and the last arrival is running, so the wait
-// cannot deadlock; grids are LANES / BLOCK x ceil(M / RPB) blocks.
-template <int NOUT, int RPB, int OP, bool FUSED>
+// Grid: x = LANES / BLOCK lane groups, y = NOUT / OPG output groups, z = ceil(M / RPB) row groups.
+// Every block: the stream values of its lanes (output group 0 writes them), lane partial sums of
+// its OPG outputs (group 0 also the sum of squares), U iterations' loads in flight at once, then
+// the block tree. The last block to arrive: cross-block tree, rsqrt, split, Sinkhorn, post/comb
+// outputs, pre. Then every block collapses its slice of y. Blocks that wait have already arrived
+// and the last arrival is running, so the wait cannot deadlock.
+template <int NOUT, int OPG, int RPB, int OP, bool FUSED>
 __device__ void mhc_boundary(const MhcArgs& a) {
-  __shared__ float warp_part[RPB][NOUT + 1][BLOCK / 32];
+  constexpr int U = RPB <= 2 ? 8 : (RPB <= 4 ? 4 : 2);
+  __shared__ float warp_part[RPB][OPG + 1][BLOCK / 32];
   __shared__ float mix_s[SCALAR_ROWS][NOUT];
-  __shared__ float comb_s[SCALAR_ROWS][HC][HC];
   __shared__ unsigned gen_s;
   __shared__ int last_s;
 
@@ -192,30 +203,44 @@ __device__ void mhc_boundary(const MhcArgs& a) {
   const int N = HC * a.D;
   const int t = threadIdx.x;
   const int lane = blockIdx.x * BLOCK + t;
-  const int row0 = blockIdx.y * RPB;
+  const int og = blockIdx.y, o0 = og * OPG;
+  const bool writer = og == 0;
+  const int row0 = blockIdx.z * RPB;
   const int rows = min(RPB, a.M - row0);
-  const int nblocks = gridDim.x * gridDim.y;
+  const int nblocks = gridDim.x * gridDim.y * gridDim.z;
 
   if (t == 0) gen_s = *(volatile unsigned*)&a.sync[1];
 
-  float acc[RPB][NOUT + 1];
+  float acc[RPB][OPG + 1];
 #pragma unroll
   for (int r = 0; r < RPB; r++)
 #pragma unroll
-    for (int o = 0; o <= NOUT; o++) acc[r][o] = 0.0f;
+    for (int o = 0; o <= OPG; o++) acc[r][o] = 0.0f;
 
-  for (int i = lane; i < N; i += LANES) {
-    int k = i / a.D, d = i - k * a.D;
-    float f[NOUT];
+  for (int i0 = lane; i0 < N; i0 += U * LANES) {
+    float f[U][OPG];
+    float sv[U][RPB];
 #pragma unroll
-    for (int o = 0; o < NOUT; o++) f[o] = __ldg(a.fn + (size_t)o * N + i);
+    for (int u = 0; u < U; u++) {
+      const int i = i0 + u * LANES;
+      if (i < N) {
 #pragma unroll
-    for (int r = 0; r < RPB; r++) {
-      if (r < rows) {
-        float s = stream_value<OP, FUSED>(a, row0 + r, k, d);
-        acc[r][0] = ADD(acc[r][0], MUL(s, s));
+        for (int o = 0; o < OPG; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + i);
+        const int k = i / a.D, d = i - k * a.D;
 #pragma unroll
-        for (int o = 0; o < NOUT; o++) acc[r][o + 1] = ADD(acc[r][o + 1], MUL(s, f[o]));
+        for (int r = 0; r < RPB; r++) sv[u][r] = r < rows ? stream_value<OP, FUSED>(a, row0 + r, k, d, writer) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (i0 + u * LANES < N) {
+#pragma unroll
+        for (int r = 0; r < RPB; r++) {
+          const float s = sv[u][r];
+          acc[r][0] = ADD(acc[r][0], MUL(s, s));
+#pragma unroll
+          for (int o = 0; o < OPG; o++) acc[r][o + 1] = ADD(acc[r][o + 1], MUL(s, f[u][o]));
+        }
       }
     }
   }
@@ -224,16 +249,18 @@ __device__ void mhc_boundary(const MhcArgs& a) {
 #pragma unroll
   for (int r = 0; r < RPB; r++)
 #pragma unroll
-    for (int o = 0; o <= NOUT; o++) {
+    for (int o = 0; o <= OPG; o++) {
       float v = acc[r][o];
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1) v = ADD(v, __shfl_down_sync(0xffffffffu, v, off));
       if ((t & 31) == 0) warp_part[r][o][t >> 5] = v;
     }
   __syncthreads();
-  for (int q = t; q < rows * (NOUT + 1); q += BLOCK) {
-    int r = q / (NOUT + 1), o = q - r * (NOUT + 1);
-    a.scratch[((size_t)(row0 + r) * nbx + blockIdx.x) * (NOUT + 1) + o] = tree4(warp_part[r][o]);
+  for (int q = t; q < rows * (OPG + 1); q += BLOCK) {
+    const int r = q / (OPG + 1), o = q - r * (OPG + 1);
+    if (o == 0 && !writer) continue;  // the sum of squares comes from output group 0
+    const int slot = o == 0 ? 0 : o0 + o;
+    a.scratch[((size_t)(row0 + r) * nbx + blockIdx.x) * (NOUT + 1) + slot] = tree4(warp_part[r][o]);
   }
   __threadfence();
   __syncthreads();
@@ -244,16 +271,16 @@ __device__ void mhc_boundary(const MhcArgs& a) {
   if (last_s) {
     __threadfence();
     for (int m0 = 0; m0 < a.M; m0 += SCALAR_ROWS) {
-      int mrows = min(SCALAR_ROWS, a.M - m0);
+      const int mrows = min(SCALAR_ROWS, a.M - m0);
       // cross-block tree and rsqrt: one thread per (row, output)
       for (int q = t; q < mrows * NOUT; q += BLOCK) {
-        int mr = q / NOUT, o = q - mr * NOUT;
+        const int mr = q / NOUT, o = q - mr * NOUT;
         const float* p = a.scratch + (size_t)(m0 + mr) * nbx * (NOUT + 1);
         float v[LANES / BLOCK], ss[LANES / BLOCK];
 #pragma unroll
         for (int b = 0; b < LANES / BLOCK; b++) {
-          v[b] = b < nbx ? __ldcg(p + b * (NOUT + 1) + o + 1) : 0.0f;
-          ss[b] = b < nbx ? __ldcg(p + b * (NOUT + 1)) : 0.0f;
+          v[b] = __ldcg(p + b * (NOUT + 1) + o + 1);
+          ss[b] = __ldcg(p + b * (NOUT + 1));
         }
 #pragma unroll
         for (int step = 1; step < LANES / BLOCK; step <<= 1)
@@ -262,18 +289,18 @@ __device__ void mhc_boundary(const MhcArgs& a) {
             v[b] = ADD(v[b], v[b + step]);
             ss[b] = ADD(ss[b], ss[b + step]);
           }
-        float rs = DIV(1.0f, SQRT(ADD(DIV(ss[0], (float)N), a.norm_eps)));
+        const float rs = DIV(1.0f, SQRT(ADD(DIV(ss[0], (float)N), a.norm_eps)));
         mix_s[mr][o] = MUL(v[0], rs);
       }
       __syncthreads();
       if (OP == OP_POST_HEAD) {
         for (int q = t; q < mrows * HC; q += BLOCK) {
-          int mr = q / HC, h = q - mr * HC;
+          const int mr = q / HC, h = q - mr * HC;
           pre_g[(m0 + mr) * HC + h] = ADD(psigmoid(ADD(MUL(mix_s[mr][h], a.scale[0]), a.base[h])), a.hc_eps);
         }
       } else {
         for (int q = t; q < mrows * 2 * HC; q += BLOCK) {
-          int mr = q / (2 * HC), h = q - mr * 2 * HC;
+          const int mr = q / (2 * HC), h = q - mr * 2 * HC;
           if (h < HC) {
             pre_g[(m0 + mr) * HC + h] = ADD(psigmoid(ADD(MUL(mix_s[mr][h], a.scale[0]), a.base[h])), a.hc_eps);
           } else {
@@ -281,39 +308,27 @@ __device__ void mhc_boundary(const MhcArgs& a) {
                 MUL(2.0f, psigmoid(ADD(MUL(mix_s[mr][h], a.scale[1]), a.base[h])));
           }
         }
-        // Sinkhorn: 16 threads a row, thread (j, k) owns comb[j][k]
+        // Sinkhorn in registers: 16 lanes a row, lane (j, k) owns comb[j][k]; row and column sums
+        // gather the 4 values with warp shuffles and add them left to right.
         const int mr = t >> 4, j = (t >> 2) & 3, k = t & 3;
         const bool on = mr < mrows;
-        float c = 0.0f;
-        if (on) {
-          float lg = ADD(MUL(mix_s[mr][2 * HC + j * HC + k], a.scale[2]), a.base[2 * HC + j * HC + k]);
-          comb_s[mr][j][k] = lg;
+        const unsigned rowbase = (t & 31) & ~15u;
+        float c = on ? ADD(MUL(mix_s[mr][2 * HC + j * HC + k], a.scale[2]), a.base[2 * HC + j * HC + k]) : 0.0f;
+        {
+          float c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0), c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
+          float c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2), c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
+          float mx = fmaxf(fmaxf(c0, c1), fmaxf(c2, c3));
+          c = pexp(SUB(c, mx));
+          c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0); c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
+          c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2); c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
+          c = ADD(DIV(c, ADD(ADD(ADD(c0, c1), c2), c3)), a.hc_eps);
         }
-        __syncthreads();
-        if (on) {
-          float mx = fmaxf(fmaxf(comb_s[mr][j][0], comb_s[mr][j][1]), fmaxf(comb_s[mr][j][2], comb_s[mr][j][3]));
-          c = pexp(SUB(comb_s[mr][j][k], mx));
-        }
-        __syncthreads();
-        if (on) comb_s[mr][j][k] = c;
-        __syncthreads();
-        if (on) {
-          float s = ADD(ADD(ADD(comb_s[mr][j][0], comb_s[mr][j][1]), comb_s[mr][j][2]), comb_s[mr][j][3]);
-          c = ADD(DIV(c, s), a.hc_eps);
-        }
-        __syncthreads();
-        if (on) comb_s[mr][j][k] = c;
-        __syncthreads();
         for (int it = 0; it < 2 * a.sinkhorn_iters - 1; it++) {
           const bool cols = (it & 1) == 0;  // col, then (row, col) x (iters - 1)
-          if (on) {
-            float s = cols ? ADD(ADD(ADD(comb_s[mr][0][k], comb_s[mr][1][k]), comb_s[mr][2][k]), comb_s[mr][3][k])
-                           : ADD(ADD(ADD(comb_s[mr][j][0], comb_s[mr][j][1]), comb_s[mr][j][2]), comb_s[mr][j][3]);
-            c = DIV(c, ADD(s, a.hc_eps));
-          }
-          __syncthreads();
-          if (on) comb_s[mr][j][k] = c;
-          __syncthreads();
+          const unsigned b0 = cols ? rowbase + k : rowbase + j * 4, st = cols ? 4 : 1;
+          const float c0 = __shfl_sync(0xffffffffu, c, b0), c1 = __shfl_sync(0xffffffffu, c, b0 + st);
+          const float c2 = __shfl_sync(0xffffffffu, c, b0 + 2 * st), c3 = __shfl_sync(0xffffffffu, c, b0 + 3 * st);
+          c = DIV(c, ADD(ADD(ADD(ADD(c0, c1), c2), c3), a.hc_eps));
         }
         if (on) a.comb_out[((m0 + mr) * HC + j) * HC + k] = c;
       }
@@ -328,29 +343,28 @@ __device__ void mhc_boundary(const MhcArgs& a) {
     }
   } else {
     if (t == 0) {
-      while (*(volatile unsigned*)&a.sync[1] == gen_s) { __nanosleep(32); }
+      while (*(volatile unsigned*)&a.sync[1] == gen_s) { __nanosleep(20); }
       __threadfence();
     }
   }
   __syncthreads();
 
-  // collapse: y[m, d] = ((p0*s0 + p1*s1) + p2*s2) + p3*s3, this block's slice of d
-  const int per = (a.D + nbx - 1) / nbx;
-  const int d0 = blockIdx.x * per, d1 = min(a.D, d0 + per);
-  for (int r = 0; r < rows; r++) {
-    const int m = row0 + r;
+  // collapse: y[m, d] = ((p0*s0 + p1*s1) + p2*s2) + p3*s3, this block's slice of (row, d)
+  const int nb = nblocks, bid = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  const int total = a.M * a.D, per = (total + nb - 1) / nb;
+  const int q1 = min(total, (bid + 1) * per);
+  for (int q = bid * per + t; q < q1; q += BLOCK) {
+    const int m = q / a.D, d = q - m * a.D;
     const float p0 = __ldcg(pre_g + m * HC + 0), p1 = __ldcg(pre_g + m * HC + 1);
     const float p2 = __ldcg(pre_g + m * HC + 2), p3 = __ldcg(pre_g + m * HC + 3);
     const bf16_t* sm = a.streams + (size_t)m * HC * a.D;
-    for (int d = d0 + t; d < d1; d += BLOCK) {
-      float v = MUL(p0, bf2f(__ldcg(sm + d)));
-      v = ADD(v, MUL(p1, bf2f(__ldcg(sm + a.D + d))));
-      v = ADD(v, MUL(p2, bf2f(__ldcg(sm + 2 * a.D + d))));
-      v = ADD(v, MUL(p3, bf2f(__ldcg(sm + 3 * a.D + d))));
-      a.y[(size_t)m * a.D + d] = f2bf(v);
-    }
+    float v = MUL(p0, bf2f(__ldcg(sm + d)));
+    v = ADD(v, MUL(p1, bf2f(__ldcg(sm + a.D + d))));
+    v = ADD(v, MUL(p2, bf2f(__ldcg(sm + 2 * a.D + d))));
+    v = ADD(v, MUL(p3, bf2f(__ldcg(sm + 3 * a.D + d))));
+    a.y[q] = f2bf(v);
   }
 }
 
 // Instantiations are generated by the driver: extern "C" wrappers named
-//   mhc_<op>_r<RPB>[_fused]  with op in {pre, post_pre, post_head}.
+//   mhc_<op>_r<RPB>[_fused]  with op in {pre, post_pre, post_head}; OPG outputs per block group.

@@ -26,6 +26,7 @@ SOURCE = (Path(__file__).with_name("kernels.cu")).read_text()
 BLOCK = 128
 ALIGN = 256
 NOUT = {"mhc_pre": 24, "mhc_post_pre": 24, "mhc_post_head": 4}
+OPG = {"mhc_pre": 8, "mhc_post_pre": 8, "mhc_post_head": 4}  # outputs per block (grid y = NOUT / OPG)
 OPNAME = {"mhc_pre": "OP_PRE", "mhc_post_pre": "OP_POST_PRE", "mhc_post_head": "OP_POST_HEAD"}
 
 VARIANTS = {
@@ -56,7 +57,7 @@ class KernelSpec:
 
     def wrapper(self) -> str:
         return (f'extern "C" __global__ void __launch_bounds__(BLOCK) {self.entry}(const MhcArgs a) '
-                f'{{ mhc_boundary<{NOUT[self.op]}, {self.rows_per_block}, {OPNAME[self.op]}, '
+                f'{{ mhc_boundary<{NOUT[self.op]}, {OPG[self.op]}, {self.rows_per_block}, {OPNAME[self.op]}, '
                 f'{"true" if self.fused else "false"}>(a); }}\n')
 
 
@@ -214,7 +215,7 @@ class CudaSession(Session):
         a.sinkhorn_iters = g.mhc.sinkhorn_iters
         a.hc_eps, a.norm_eps = g.mhc.hc_eps, g.mhc.norm_eps
         key = sp.entry + (":fma" if self.variants.get(cmd.index) == "fma" else "")
-        grid = (LANES // BLOCK, -(-rows // sp.rows_per_block), 1)
+        grid = (LANES // BLOCK, NOUT[cmd.op] // OPG[cmd.op], -(-rows // sp.rows_per_block))
         return A.Launch(self.funcs[key], grid, (BLOCK, 1, 1), a)
 
     # --- graph ------------------------------------------------------------------------------
