@@ -120,7 +120,8 @@ def run_gate(corpus: Corpus, driver: Driver, plan: Plan, cycle: Cycle | None = N
     rebased = corpus.info.rebased
     expected = expected_outputs(cycle, bound.injected, bound.captured, rebased)
     runs = {s: SideRun(s, Tally(cycle.ranks)) for s in SIDES}
-    with driver.load(cycle) as base, driver.load(cycle, plan.variants) as cand:
+    # The candidate first: a variant the driver refuses fails before the baseline is built.
+    with driver.load(cycle, plan.variants) as cand, driver.load(cycle) as base:
         sessions = {"baseline": base, "candidate": cand}
         for s in sessions.values():
             load_inputs(s, bound.injected)
