@@ -19,6 +19,8 @@ from ...errors import UsageError
 #: Work-items per group of an all-reduce launch.
 ALLREDUCE_GROUP = 256
 VARIANTS = ("baseline", "delete")
+#: Kernels launched with the lane-tree group size.
+GROUP_KERNELS = tuple(f"{op}_{t}" for op in ("mhc_pre", "mhc_post_pre", "mhc_post_head") for t in ("bf16", "f32"))
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,16 @@ class Target:
 
         self.device = device
         self.queue = dpctl.SyclQueue(device, property=["in_order", "enable_profiling"])
-        self.group = planning.group_size(device.max_work_group_size)
-        self.spirv = spirv.build(planning.LANES // self.group)
-        self.program = dpctl.program.create_program_from_spirv(self.queue, self.spirv, spirv.RUNTIME_OPTIONS)
+        limit = device.max_work_group_size
+        while True:
+            self.group = planning.group_size(limit)
+            self.spirv = spirv.build(planning.LANES // self.group)
+            self.program = dpctl.program.create_program_from_spirv(self.queue, self.spirv, spirv.RUNTIME_OPTIONS)
+            # a kernel may allow fewer work-items than the device (registers): rebuild for that size
+            fit = min(self.program.get_sycl_kernel(k).work_group_size for k in planning.GROUP_KERNELS)
+            if fit >= self.group:
+                break
+            limit = fit
 
 
 class SyclSession(Session):
