@@ -1,0 +1,178 @@
+"""`shell capture --from-service URL`: arm, drive (or wait for) traffic, follow every rank, verify."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..corpus.store import Corpus
+from ..corpus.verify import record_parity, verify
+from ..geometry import Geometry, preset
+from .client import ServiceClient, parse_service_url
+from .errors import CaptureError, ServiceUnreachable, UsageError
+from .token import default_token_file, read_token
+
+POLL_S = 0.1
+FINISHED = ("done", "error", "cancelled")
+
+
+def capture_geometry(info: dict, args) -> Geometry:
+    """The service's declared geometry with the user's overrides, or one built from --preset."""
+    if args.preset:
+        g = preset(args.preset, tp=int(info["ranks"]), verify_rows=args.verify_rows or 2,
+                   draft_rows=1 if args.draft_rows is None else args.draft_rows,
+                   reduce_dtype=args.reduce_dtype or "bfloat16")
+    elif info.get("geometry"):
+        g = Geometry.from_json(info["geometry"])
+        if args.verify_rows is not None:
+            g = replace(g, verify_rows=args.verify_rows)
+        if args.draft_rows is not None:
+            g = replace(g, draft_rows=args.draft_rows)
+        if args.reduce_dtype:
+            g = replace(g, reduce_dtype=args.reduce_dtype)
+    else:
+        raise UsageError("the service declares no geometry; pass --preset (and --verify-rows/--draft-rows)")
+    if args.phase == "verify":
+        g = replace(g, draft_rows=0)
+    return g
+
+
+def cmd_capture(args, console: Console) -> int:
+    if args.cycles < 1:
+        raise UsageError("--cycles must be at least 1")
+    if args.timeout <= 0:
+        raise UsageError("--timeout must be positive")
+    base, port = parse_service_url(args.from_service)
+    token = read_token(Path(args.token_file) if args.token_file else default_token_file(port))
+    client = ServiceClient(base, token)
+    info = client.request("GET", "/capture/info")
+    g = capture_geometry(info, args)
+    out = Path(args.out).expanduser().resolve()
+    status = client.request("POST", "/capture/arm", {"geometry": g.to_json(), "cycles": args.cycles, "out": str(out)})
+    capture_id = status["capture"]
+    driver = None if args.wait else _Driver(client, args.prompt, args.cycles, g)
+    try:
+        status = _follow(client, capture_id, g, args, Console(stderr=True, highlight=False), driver)
+    except KeyboardInterrupt:
+        client.request("POST", "/capture/disarm", {})
+        raise
+    if status["state"] != "done":
+        raise CaptureError(f"capture {capture_id} {status['state']}: {status.get('error') or 'no reason given'}")
+    summary = _verify_all(status, g)
+    if args.json:
+        import json
+        print(json.dumps(summary, indent=1, sort_keys=True, default=str))
+    else:
+        _render(summary, console)
+    return 0 if summary["ok"] else 1
+
+
+class _Driver:
+    """Sends generate requests until the capture no longer needs traffic (at most a few)."""
+
+    def __init__(self, client: ServiceClient, prompt: str, cycles: int, g: Geometry):
+        self.client = client
+        self.body = {"prompt": prompt, "max_new_tokens": 1 + (cycles + 2) * g.verify_rows}
+        self.needed = threading.Event()
+        self.needed.set()
+        self.error = ""
+        threading.Thread(target=self._run, daemon=True, name="capture-driver").start()
+
+    def _run(self):
+        for _ in range(4):
+            if not self.needed.is_set():
+                return
+            try:
+                self.client.request("POST", "/generate", self.body, timeout=600)
+            except ServiceUnreachable as e:
+                self.error = str(e)
+                return
+
+
+def _follow(client: ServiceClient, capture_id: str, g: Geometry, args, err: Console, driver) -> dict:
+    total = g.ranks * len(g.boundaries()) * args.cycles
+    deadline = time.monotonic() + args.timeout
+    columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=False, disable=args.json) as bar:
+        task = bar.add_task("armed, waiting for the next cycle", total=total)
+        while True:
+            s = client.request("GET", "/capture/status")
+            if s.get("capture") != capture_id:
+                raise CaptureError(f"capture {capture_id} was replaced by another arm request")
+            written = sum(int(r.get("written", 0)) for r in s.get("ranks", {}).values())
+            ranks_done = sum(r.get("state") == "done" for r in s.get("ranks", {}).values())
+            bar.update(task, completed=written,
+                       description=f"{s['state']}: {ranks_done}/{g.ranks} ranks done")
+            if s["state"] in FINISHED:
+                if driver:
+                    driver.needed.clear()
+                return s
+            if driver and driver.error:
+                client.request("POST", "/capture/disarm", {})
+                raise ServiceUnreachable(driver.error)
+            if time.monotonic() > deadline:
+                client.request("POST", "/capture/disarm", {})
+                raise CaptureError(f"capture {capture_id} still {s['state']} after {args.timeout:g} s "
+                                   f"({written}/{total} rank-boundaries written); disarmed")
+            time.sleep(POLL_S)
+
+
+def _verify_all(status: dict, g: Geometry) -> dict:
+    """Verify each captured corpus and record its parity (rebased when the mHC is not the contract's)."""
+    corpora = []
+    for folder, inference in zip(status["corpora"], status.get("inference") or [{}] * len(status["corpora"])):
+        c = Corpus.open(Path(folder))
+        rep = verify(c)
+        record_parity(c, rep)
+        mhc_ops = {op: p for op, p in rep["parity"].items() if op != "allreduce"}
+        ar = rep["parity"].get("allreduce", {})
+        corpora.append({
+            "corpus": folder, "linked": rep["linked"], "cross_rank_exact": rep["cross_rank_exact"],
+            "contract": rep["contract"], "inference": inference,
+            "allreduce_exact": ar.get("exact") == ar.get("boundaries"),
+            "mhc_exact": all(p["exact"] == p["boundaries"] for p in mhc_ops.values()),
+            "mhc_max_ulp": max((p["max_ulp"] for p in mhc_ops.values()), default=0.0),
+            "parity": rep["parity"], "rebased": c.info.rebased, "counts": c.info.counts,
+            "broken_links": rep["broken_links"], "cross_rank_mismatch": rep["cross_rank_mismatch"]})
+    ranks = status.get("ranks", {})
+    cycle_ms = [max(r["cycle_ms"][k] for r in ranks.values()) for k in range(len(status["corpora"]))] if ranks else []
+    write_ms = [max(r["write_ms"][k] for r in ranks.values()) for k in range(len(status["corpora"]))] if ranks else []
+    ok = all(c["linked"] and c["cross_rank_exact"] and c["allreduce_exact"] and c["inference"].get("found", True)
+             for c in corpora)
+    return {"ok": ok, "capture": status["capture"], "geometry": g.to_json(), "start_cycle": status.get("start_cycle"),
+            "corpora": corpora, "armed_cycle_ms": cycle_ms, "write_ms": write_ms,
+            "blobs_new": sum(int(r.get("blobs_new", 0)) for r in ranks.values()),
+            "blobs_reused": sum(int(r.get("blobs_reused", 0)) for r in ranks.values())}
+
+
+def _render(s: dict, console: Console) -> None:
+    g = s["geometry"]
+    console.print(f"captured {len(s['corpora'])} cycle(s) from cycle {s['start_cycle']} "
+                  f"(TP{g['ranks']}, hidden {g['hidden']}, {g['layers']} layers, verify rows {g['verify_rows']}, "
+                  f"draft rows {g['draft_rows']}); blobs written {s['blobs_new']}, reused {s['blobs_reused']}")
+    for k, c in enumerate(s["corpora"]):
+        console.print(f"[bold]{c['corpus']}[/bold]: armed cycle {s['armed_cycle_ms'][k]:.1f} ms, "
+                      f"written in {s['write_ms'][k]:.1f} ms (slowest rank)")
+        console.print(f"  linked: {_yes(c['linked'])}   cross-rank exact: {_yes(c['cross_rank_exact'])}")
+        inf = c["inference"]
+        console.print(f"  collective contract: {inf.get('description', c['contract'])}")
+        t = Table("op", "boundaries", "exact", "mismatched elements", "max ulp", box=None, pad_edge=False)
+        for op, p in c["parity"].items():
+            t.add_row(op, str(p["boundaries"]), str(p["exact"]), str(p["mismatched_elements"]), f"{p['max_ulp']:g}")
+        console.print(t)
+        if c["mhc_exact"]:
+            console.print("  mHC parity: bit-exact with the contract (replay expects the captured outputs)")
+        else:
+            console.print(f"  mHC parity: up to {c['mhc_max_ulp']:g} ulp from the contract; corpus marked "
+                          "[bold]rebased[/bold] (replay expects the contract's outputs from the captured inputs)")
+    console.print("verify: " + ("ok" if s["ok"] else "[red]FAILED[/red]"))
+
+
+def _yes(v: bool) -> str:
+    return "yes" if v else "[red]NO[/red]"

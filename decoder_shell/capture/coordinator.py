@@ -1,0 +1,210 @@
+"""Rank 0's coordinator: accepts an arm, starts it on every rank at one cycle, gathers progress, and
+writes corpus.json (with the inferred collective contract) once every rank has written its part.
+
+corpus.json is the last file of a capture. Arming removes the folder's old corpus.json, so a
+capture that stops half-way (a rank killed, a timeout) leaves blobs and manifests that `shell verify`
+and `shell replay` refuse; the next capture into the folder reuses whatever blobs are there.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from pathlib import Path
+
+from ..contracts.allreduce import RingContract
+from ..corpus.infer import infer_corpus
+from ..corpus.store import Corpus, CorpusInfo
+from ..errors import ShellError
+from ..geometry import Geometry
+from .plugin import Arm
+
+ACK_TIMEOUT_S = 30.0
+BUSY = ("pending", "armed", "capturing", "finalizing")
+MAX_CYCLES = 64
+
+
+class Coordinator:
+    def __init__(self, plugin, *, service: dict | None = None, geometry: Geometry | None = None):
+        self.plugin = plugin
+        self.service = dict(service or {})
+        self.geometry = geometry
+        self.lock = threading.Condition()
+        self.current: dict | None = None
+        self.acks: set[int] = set()
+        self.lost: set[int] = set()
+
+    # --- HTTP side ---------------------------------------------------------------------------
+    def info(self) -> dict:
+        hub = self.plugin.hub
+        return {"service": self.service, "ranks": self.plugin.world,
+                "pids": [hub.pids.get(r) for r in range(self.plugin.world)],
+                "geometry": self.geometry.to_json() if self.geometry else None,
+                "state": self.current["state"] if self.current else "idle"}
+
+    def status(self) -> dict:
+        with self.lock:
+            if self.current is None:
+                return {"state": "idle"}
+            s = dict(self.current)
+            s["ranks"] = {str(r): dict(p) for r, p in self.current["ranks"].items()}
+            return s
+
+    def arm(self, req: dict) -> tuple[int, dict]:
+        with self.lock:
+            if self.current and self.current["state"] in BUSY:
+                return 409, {"error": f"capture {self.current['capture']} is {self.current['state']}; "
+                                      "wait for it or POST /capture/disarm"}
+        try:
+            arm = self._parse(req)
+            self._prepare(arm)
+        except (ShellError, ValueError, TypeError, KeyError) as e:
+            return 400, {"error": str(e).strip("'\"")}
+        with self.lock:
+            self.acks = set()
+            self.current = {"capture": arm.capture, "state": "pending", "cycles": arm.cycles,
+                            "corpora": arm.corpora, "geometry": arm.geometry.to_json(), "start_cycle": None,
+                            "ranks": {}, "error": "", "inference": [], "armed_at": time.time()}
+            self.plugin._pending = arm
+            return 202, self.status()
+
+    def disarm(self) -> tuple[int, dict]:
+        with self.lock:
+            cur = self.current
+            if not cur or cur["state"] not in BUSY:
+                return 200, self.status()
+            self.plugin._pending = None
+            self.plugin._arm = None
+            cur["state"] = "cancelled"
+            cur["error"] = "disarmed on request"
+        for r in range(1, self.plugin.world):
+            self.plugin.hub.send(r, {"type": "disarm", "capture": cur["capture"]})
+        return 200, self.status()
+
+    def _parse(self, req: dict) -> Arm:
+        g = Geometry.from_json(req["geometry"])
+        if g.ranks != self.plugin.world:
+            raise ValueError(f"the service runs {self.plugin.world} ranks, the geometry says {g.ranks}")
+        cycles = req.get("cycles", 1)
+        if not isinstance(cycles, int) or not 1 <= cycles <= MAX_CYCLES:
+            raise ValueError(f"cycles must be an integer from 1 to {MAX_CYCLES}")
+        out = req.get("out")
+        if not isinstance(out, str) or not os.path.isabs(out):
+            raise ValueError("out must be an absolute folder path")
+        corpora = [out] if cycles == 1 else [os.path.join(out, f"cycle-{k:03d}") for k in range(cycles)]
+        return Arm(secrets.token_hex(6), g, cycles, corpora)
+
+    @staticmethod
+    def _prepare(arm: Arm) -> None:
+        """Each corpus folder: created, same geometry as before if any, and no corpus.json until done."""
+        for folder in map(Path, arm.corpora):
+            done = folder / "corpus.json"
+            if done.exists():
+                if Corpus.open(folder).geometry != arm.geometry:
+                    raise ValueError(f"{folder} holds a corpus of another geometry; choose another --out folder")
+                done.unlink()
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise ValueError(f"cannot create {folder} ({e.strerror})") from None
+
+    # --- rank 0's main thread, at the start of a cycle ---------------------------------------
+    def begin(self, start: int) -> None:
+        """Arm every rank from cycle `start`; returns once all acknowledged (or the arm failed)."""
+        with self.lock:
+            arm = self.plugin._pending
+            self.plugin._pending = None
+            if arm is None or not self.current or self.current["capture"] != arm.capture:
+                return
+            arm.start = start
+        missing = self.plugin.hub.wait_connected(ACK_TIMEOUT_S)
+        if missing:
+            self._fail(f"rank(s) {missing} never connected to rank 0's capture channel")
+            return
+        for r in range(1, self.plugin.world):
+            self.plugin.hub.send(r, arm.to_message())
+        deadline = time.monotonic() + ACK_TIMEOUT_S
+        with self.lock:
+            while len(self.acks) < self.plugin.world - 1 and time.monotonic() < deadline:
+                self.lock.wait(deadline - time.monotonic())
+            if len(self.acks) < self.plugin.world - 1:
+                waiting = sorted(set(range(1, self.plugin.world)) - self.acks)
+                self.current["state"] = "error"
+                self.current["error"] = f"rank(s) {waiting} did not acknowledge the arm"
+            else:
+                self.current["state"] = "armed"
+                self.current["start_cycle"] = start
+                self.plugin._arm = arm
+        if self.current["state"] == "error":
+            for r in range(1, self.plugin.world):
+                self.plugin.hub.send(r, {"type": "disarm", "capture": arm.capture})
+
+    # --- messages from ranks -----------------------------------------------------------------
+    def on_message(self, rank: int, msg: dict) -> None:
+        finalize = False
+        with self.lock:
+            cur = self.current
+            if not cur or msg.get("capture") != cur["capture"]:
+                return
+            if msg.get("type") == "ack":
+                self.acks.add(rank)
+                self.lock.notify_all()
+                return
+            if msg.get("type") != "progress" or cur["state"] not in BUSY:
+                return
+            cur["ranks"][rank] = {k: v for k, v in msg.items() if k not in ("type", "capture")}
+            if msg["state"] == "error":
+                cur["state"] = "error"
+                cur["error"] = f"rank {rank}: {msg['error']}"
+            elif cur["state"] == "armed":
+                cur["state"] = "capturing"
+            states = [cur["ranks"].get(r, {}).get("state") for r in range(self.plugin.world)]
+            if cur["state"] != "error" and all(s == "done" for s in states):
+                cur["state"] = "finalizing"
+                finalize = True
+        if finalize:
+            threading.Thread(target=self._finalize, args=(cur,), name="decoder-shell-finalize", daemon=True).start()
+
+    def on_lost(self, rank: int) -> None:
+        with self.lock:
+            self.lost.add(rank)
+            cur = self.current
+            if cur and cur["state"] in BUSY and cur["state"] != "finalizing":
+                cur["state"] = "error"
+                cur["error"] = (f"rank {rank} disconnected during the capture (did its process exit?); "
+                                "the corpus has no corpus.json and will not verify")
+                self.plugin._arm = None
+                self.plugin._pending = None
+            self.lock.notify_all()
+
+    def _fail(self, message: str) -> None:
+        with self.lock:
+            if self.current:
+                self.current["state"] = "error"
+                self.current["error"] = message
+
+    # --- the last step -------------------------------------------------------------------------
+    def _finalize(self, cur: dict) -> None:
+        """Infer the collective contract from the captured data, then write corpus.json (last)."""
+        g = Geometry.from_json(cur["geometry"])
+        try:
+            results = []
+            for folder in cur["corpora"]:
+                inference = infer_corpus(Corpus(Path(folder), CorpusInfo(g)))
+                source = {"kind": "service", **self.service, "capture": cur["capture"],
+                          "captured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(cur["armed_at"]))}
+                contract = inference.contract or RingContract()
+                c = Corpus.create(Path(folder), g, source, contract,
+                                  how="inferred" if inference.found else "not inferred")
+                c.info.collective["inference"] = inference.to_json()
+                c.finalize()
+                results.append(inference.to_json())
+            with self.lock:
+                cur["inference"] = results
+                cur["state"] = "done"
+        except Exception as e:
+            with self.lock:
+                cur["state"] = "error"
+                cur["error"] = f"finalizing the corpus failed: {e}"

@@ -1,0 +1,229 @@
+"""The reference model: `transformers` DeepSeek-V4 modules at a small size, split over R ranks.
+
+Weights come from one seeded initialisation of the whole model (every rank builds the same full
+model, then keeps its slice), so no download is needed and every run has the same bits. The split
+follows what TP engines do, with an all-reduce of partial sums after each split block:
+
+- embedding: vocab-parallel (rank r holds rows [rV/R, (r+1)V/R); other ids give zeros), all-reduced;
+- attention: heads and output groups split (q_b_proj rows, sinks, o_a_proj groups, o_b_proj columns);
+  the shared MQA projections (q_a, kv) are replicated; the output partial sums are all-reduced;
+- MoE: routed experts split (rank r runs experts [rE/R, (r+1)E/R)), the shared expert's intermediate
+  split, router replicated; the partial sums are all-reduced;
+- draft (MTP-style block, the layer after the target's last): its input projection over
+  [norm(embed), norm(hidden)] is split by input columns and all-reduced.
+Everything else (mHC, norms, head, lm_head) is replicated, as the mHC is in TP engines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from transformers.models.deepseek_v4.configuration_deepseek_v4 import DeepseekV4Config
+from transformers.models.deepseek_v4.modeling_deepseek_v4 import (
+    DeepseekV4Attention, DeepseekV4Experts, DeepseekV4ForCausalLM,
+    DeepseekV4HyperHead, DeepseekV4MLP, DeepseekV4RMSNorm)
+
+from ...contracts.mhc import MhcParams
+from ...errors import UsageError
+from ...geometry import Geometry
+
+KEEP_FP32 = ("norm", "hc", "sinks", "e_score_correction_bias")  # as transformers keeps them for DSV4
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The small configuration the reference service runs (every split size divides 8 ranks)."""
+
+    hidden: int = 64
+    layers: int = 2
+    vocab: int = 256
+    heads: int = 8
+    head_dim: int = 32
+    groups: int = 8
+    experts: int = 8
+    top_k: int = 2
+    moe_intermediate: int = 32
+    q_lora_rank: int = 32
+    o_lora_rank: int = 16
+
+    def check_tp(self, tp: int) -> None:
+        sizes = {"vocab": self.vocab, "heads": self.heads, "output groups": self.groups,
+                 "experts": self.experts, "shared-expert width": self.moe_intermediate, "2*hidden": 2 * self.hidden}
+        bad = [k for k, v in sizes.items() if v % tp]
+        if tp < 1 or bad:
+            raise UsageError(f"--tp {tp} does not divide the reference model's {', '.join(bad) or 'sizes'}; "
+                             "use 1, 2, 4 or 8")
+
+    def config(self, layers: int | None = None, **overrides) -> DeepseekV4Config:
+        n = self.layers if layers is None else layers
+        kw = dict(vocab_size=self.vocab, hidden_size=self.hidden, moe_intermediate_size=self.moe_intermediate,
+                  num_hidden_layers=n, num_attention_heads=self.heads, num_key_value_heads=1,
+                  head_dim=self.head_dim, q_lora_rank=self.q_lora_rank, num_experts_per_tok=self.top_k,
+                  n_routed_experts=self.experts, n_shared_experts=1, o_groups=self.groups,
+                  o_lora_rank=self.o_lora_rank, layer_types=["sliding_attention"] * n, mlp_layer_types=["moe"] * n,
+                  sliding_window=4096, max_position_embeddings=4096, partial_rotary_factor=0.25,
+                  hc_mult=4, hc_sinkhorn_iters=20, hc_eps=1e-6, rms_norm_eps=1e-6)
+        kw.update(overrides)
+        cfg = DeepseekV4Config(**kw)
+        cfg._attn_implementation = "eager"
+        cfg._experts_implementation = "eager"
+        return cfg
+
+    def mhc_params(self) -> MhcParams:
+        c = self.config()
+        return MhcParams(hc_eps=c.hc_eps, norm_eps=c.rms_norm_eps, sinkhorn_iters=c.hc_sinkhorn_iters)
+
+    def geometry(self, tp: int, verify_rows: int) -> Geometry:
+        """The cycle this service runs: draft (MTP block, M-1 rows) + verify (M rows), bf16 reductions."""
+        return Geometry(preset="reference", hidden=self.hidden, layers=self.layers, ranks=tp,
+                        verify_rows=verify_rows, draft_rows=verify_rows - 1, draft_kind="mtp1",
+                        reduce_dtype="bfloat16", mhc=self.mhc_params())
+
+
+def all_reduce(t: torch.Tensor) -> torch.Tensor:
+    """Sum partials across the TP group in place (what the capture plugin sees)."""
+    t = t.contiguous()
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(t)
+    return t
+
+
+class VocabParallelEmbedding(nn.Module):
+    def __init__(self, full: torch.Tensor, rank: int, tp: int):
+        super().__init__()
+        n = full.shape[0] // tp
+        self.lo, self.hi = rank * n, (rank + 1) * n
+        self.weight = nn.Parameter(full[self.lo:self.hi].clone(), requires_grad=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        local = ids - self.lo
+        inside = (local >= 0) & (local < self.weight.shape[0])
+        out = F.embedding(local.clamp(0, self.weight.shape[0] - 1), self.weight)
+        return all_reduce(out * inside.unsqueeze(-1).to(out.dtype))
+
+
+class TPAttention(nn.Module):
+    """A stock DeepseekV4Attention over this rank's heads, then the all-reduce of its output."""
+
+    def __init__(self, full: DeepseekV4Attention, shape: ModelShape, layer_idx: int, rank: int, tp: int):
+        super().__init__()
+        h, g = shape.heads // tp, shape.groups // tp
+        self.inner = DeepseekV4Attention(shape.config(layers=layer_idx + 1, num_attention_heads=h, o_groups=g),
+                                         layer_idx)
+        hd, ol = shape.head_dim, shape.o_lora_rank
+        sd = {k: v for k, v in full.state_dict().items()}
+        sd["q_b_proj.weight"] = sd["q_b_proj.weight"][rank * h * hd:(rank + 1) * h * hd]
+        sd["sinks"] = sd["sinks"][rank * h:(rank + 1) * h]
+        sd["o_a_proj.weight"] = sd["o_a_proj.weight"][rank * g * ol:(rank + 1) * g * ol]
+        sd["o_b_proj.weight"] = sd["o_b_proj.weight"][:, rank * g * ol:(rank + 1) * g * ol]
+        self.inner.load_state_dict({k: v.clone() for k, v in sd.items()})
+
+    def forward(self, hidden_states, **kwargs):
+        out, weights = self.inner(hidden_states, **kwargs)
+        return all_reduce(out), weights
+
+
+class TPMoE(nn.Module):
+    """Router replicated, this rank's routed experts and slice of the shared expert, then all-reduce."""
+
+    def __init__(self, full, shape: ModelShape, rank: int, tp: int):
+        super().__init__()
+        e = shape.experts // tp
+        self.lo, self.n = rank * e, e
+        self.gate = full.gate
+        self.experts = DeepseekV4Experts(shape.config(n_routed_experts=e))
+        self.experts.gate_up_proj = nn.Parameter(full.experts.gate_up_proj[self.lo:self.lo + e].clone())
+        self.experts.down_proj = nn.Parameter(full.experts.down_proj[self.lo:self.lo + e].clone())
+        i = shape.moe_intermediate // tp
+        self.shared = DeepseekV4MLP(shape.config(moe_intermediate_size=i))
+        s = full.shared_experts
+        self.shared.gate_proj.weight = nn.Parameter(s.gate_proj.weight[rank * i:(rank + 1) * i].clone())
+        self.shared.up_proj.weight = nn.Parameter(s.up_proj.weight[rank * i:(rank + 1) * i].clone())
+        self.shared.down_proj.weight = nn.Parameter(s.down_proj.weight[:, rank * i:(rank + 1) * i].clone())
+
+    def forward(self, hidden_states, input_ids=None):
+        b, s, d = hidden_states.shape
+        _, weights, indices = self.gate(hidden_states)
+        local = indices - self.lo
+        local = torch.where((local >= 0) & (local < self.n), local, torch.full_like(local, self.n))
+        routed = self.experts(hidden_states.reshape(-1, d), local, weights).view(b, s, d)
+        return all_reduce(routed + self.shared(hidden_states))
+
+
+class DraftInput(nn.Module):
+    """MTP-style draft input: eh_proj([enorm(embed(tokens)), hnorm(hidden)]), split by input columns."""
+
+    def __init__(self, full_proj: nn.Linear, enorm, hnorm, rank: int, tp: int):
+        super().__init__()
+        k = full_proj.weight.shape[1] // tp
+        self.cols = slice(rank * k, (rank + 1) * k)
+        self.weight = nn.Parameter(full_proj.weight[:, self.cols].clone(), requires_grad=False)
+        self.enorm, self.hnorm = enorm, hnorm
+
+    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        x = torch.cat([self.enorm(embeds), self.hnorm(hidden)], dim=-1)
+        return all_reduce(F.linear(x[..., self.cols], self.weight))
+
+
+class RankModel(nn.Module):
+    """One rank's share of the target model and of the draft block."""
+
+    def __init__(self, shape: ModelShape, rank: int, tp: int, seed: int = 0):
+        super().__init__()
+        shape.check_tp(tp)
+        self.shape = shape
+        full = build_full(shape, seed)
+        m = full.model
+        self.embed = VocabParallelEmbedding(m.embed_tokens.weight.data, rank, tp)
+        self.draft_embed = nn.Embedding.from_pretrained(m.embed_tokens.weight.data.clone())  # replicated
+        self.rotary = m.rotary_emb
+        layers = list(m.layers)
+        for i, layer in enumerate(layers):
+            layer.self_attn = TPAttention(layer.self_attn, shape, i, rank, tp)
+            layer.mlp = TPMoE(layer.mlp, shape, rank, tp)
+        self.layers = nn.ModuleList(layers[:shape.layers])
+        self.draft_layer = layers[shape.layers]
+        self.hc_head, self.norm, self.lm_head = m.hc_head, m.norm, full.lm_head
+        self.draft_input = DraftInput(full.draft_proj, full.draft_enorm, full.draft_hnorm, rank, tp)
+        self.draft_head, self.draft_norm = full.draft_hc_head, full.draft_norm
+        cast_for_serving(self)
+        self.eval()
+
+
+def build_full(shape: ModelShape, seed: int) -> DeepseekV4ForCausalLM:
+    """The whole model, fp32, from one seed: target layers plus the draft (MTP) layer after them."""
+    torch.manual_seed(seed)
+    cfg = shape.config(layers=shape.layers + 1)
+    full = DeepseekV4ForCausalLM(cfg)
+    g = torch.Generator().manual_seed(seed + 1)
+    full.draft_proj = nn.Linear(2 * shape.hidden, shape.hidden, bias=False)
+    full.draft_enorm = DeepseekV4RMSNorm(shape.hidden, eps=cfg.rms_norm_eps)
+    full.draft_hnorm = DeepseekV4RMSNorm(shape.hidden, eps=cfg.rms_norm_eps)
+    full.draft_norm = DeepseekV4RMSNorm(shape.hidden, eps=cfg.rms_norm_eps)
+    full.draft_hc_head = DeepseekV4HyperHead(cfg)
+    with torch.no_grad():
+        full.draft_proj.weight.normal_(0.0, cfg.initializer_range, generator=g)
+        heads = [full.model.hc_head, full.draft_hc_head]
+        hcs = [m for layer in full.model.layers for m in (layer.attn_hc, layer.ffn_hc)]
+        for hc in hcs:  # mHC params at realistic scales (stock init leaves base 0, scale 1)
+            _mhc_init(hc.fn, hc.base, hc.scale, g)
+        for h in heads:
+            _mhc_init(h.hc_fn, h.hc_base, h.hc_scale, g)
+    return full.eval()
+
+
+def _mhc_init(fn, base, scale, g):
+    fn.copy_(torch.randn(fn.shape, generator=g) / fn.shape[1] ** 0.5)
+    base.copy_(torch.randn(base.shape, generator=g) * 0.5)
+    scale.copy_(torch.rand(scale.shape, generator=g) * 1.25 + 0.25)
+
+
+def cast_for_serving(module: nn.Module) -> None:
+    """bf16 weights, except what DeepSeek-V4 keeps in fp32 (mHC, norms, sinks, router bias)."""
+    for name, p in module.named_parameters():
+        if not any(k in name for k in KEEP_FP32):
+            p.data = p.data.to(torch.bfloat16)

@@ -1,0 +1,165 @@
+"""One rank of the reference service: model, capture plugin, and (rank 0) the HTTP front end.
+
+Rank 0 answers HTTP on 127.0.0.1 (generate, health, and the capture control routes) and feeds each
+request to its main thread, which broadcasts it to every rank; all ranks then run the same cycles.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import torch
+import torch.distributed as dist
+
+from ... import capture
+from ..control import send_json, serve_request
+from .engine import Engine
+from .mhc_shell import swap_in
+from .model import ModelShape, RankModel
+
+MAX_PROMPT = 512
+MAX_NEW = 512
+GENERATE_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    tp: int
+    port: int
+    mhc: str = "transformers"
+    verify_rows: int = 2
+    seed: int = 0
+    token_file: str = ""
+    capture: bool = True
+    backend: str = "gloo"
+    run_dir: str = ""
+    master_port: int = 0
+
+
+def rank_main(rank: int, opts: ServeOptions, http_server=None) -> None:
+    """Entry point of a rank process (forked by the launcher; rank 0 inherits the bound HTTP socket)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher stops the ranks
+    torch.set_num_threads(1)
+    if http_server is None and rank == 0:
+        http_server = ThreadingHTTPServer(("127.0.0.1", opts.port), Handler)
+        http_server.daemon_threads = True
+    device = torch.device(f"cuda:{rank}") if opts.backend == "nccl" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(opts.backend, init_method=f"tcp://127.0.0.1:{opts.master_port}", rank=rank,
+                            world_size=opts.tp, timeout=timedelta(hours=24))
+    shape = ModelShape()
+    model = RankModel(shape, rank, opts.tp, opts.seed).to(device)
+    if opts.mhc == "shell":
+        swap_in(model)
+    geometry = shape.geometry(opts.tp, opts.verify_rows)
+    plugin = None
+    if opts.capture:
+        plugin = capture.install(rank=rank, world=opts.tp, run_dir=opts.run_dir, token_file=opts.token_file,
+                                 control_port=None, geometry=geometry,
+                                 service={"service": "decoder-shell reference", "mhc": opts.mhc,
+                                          "backend": opts.backend, "seed": opts.seed,
+                                          "transformers": _version("transformers"), "torch": torch.__version__})
+    engine = Engine(model, opts.verify_rows)
+    dist.barrier()
+    if rank == 0:
+        _serve_rank0(engine, plugin, opts, geometry, http_server)
+    else:
+        _follow(engine)
+
+
+def _follow(engine: Engine) -> None:
+    while True:
+        cmd = [None]
+        dist.broadcast_object_list(cmd, src=0)
+        if cmd[0] is None:
+            return
+        engine.generate(**cmd[0])
+
+
+def _serve_rank0(engine: Engine, plugin, opts: ServeOptions, geometry, http_server) -> None:
+    jobs: queue.Queue = queue.Queue()
+    http_server.app = {"jobs": jobs, "plugin": plugin, "health": {
+        "ok": True, "tp": opts.tp, "mhc": opts.mhc, "backend": opts.backend, "verify_rows": opts.verify_rows,
+        "capture": plugin is not None, "geometry": geometry.to_json()}}
+    threading.Thread(target=http_server.serve_forever, name="reference-http", daemon=True).start()
+    token = f"; capture token in {opts.token_file}" if plugin is not None else "; capture plugin not installed"
+    print(f"serving http://127.0.0.1:{http_server.server_address[1]} (TP {opts.tp}, {opts.backend}, "
+          f"mhc {opts.mhc}, verify rows {opts.verify_rows}){token}", flush=True)
+    while True:
+        job = jobs.get()
+        dist.broadcast_object_list([job["cmd"]], src=0)
+        try:
+            job["result"] = engine.generate(**job["cmd"])
+        except Exception as e:  # reported to the client; every rank saw the same input
+            job["error"] = f"{type(e).__name__}: {e}"
+        job["done"].set()
+
+
+class Handler(BaseHTTPRequestHandler):
+    """HTTP front end of rank 0 (server.app is set by the rank once its model is ready)."""
+
+    def do_GET(self):
+        app = self.server.app
+        if self.path.startswith("/capture/"):
+            return self._capture("GET")
+        if self.path.rstrip("/") in ("/health", ""):
+            return send_json(self, 200, app["health"])
+        send_json(self, 404, {"error": f"no route GET {self.path}"})
+
+    def do_POST(self):
+        if self.path.startswith("/capture/"):
+            return self._capture("POST")
+        if self.path.rstrip("/") != "/generate":
+            return send_json(self, 404, {"error": f"no route POST {self.path}"})
+        try:
+            n = int(self.headers.get("Content-Length") or 0)
+            cmd = parse_generate(json.loads(self.rfile.read(min(n, 1 << 20)) or b"{}"))
+        except ValueError as e:
+            return send_json(self, 400, {"error": str(e)})
+        job = {"cmd": cmd, "done": threading.Event()}
+        self.server.app["jobs"].put(job)
+        if not job["done"].wait(GENERATE_TIMEOUT_S):
+            return send_json(self, 504, {"error": "generate timed out"})
+        if "error" in job:
+            return send_json(self, 500, {"error": job["error"]})
+        r = job["result"]
+        r["text"] = bytes(r["tokens"]).decode("utf-8", errors="replace")
+        send_json(self, 200, r)
+
+    def _capture(self, method):
+        plugin = self.server.app["plugin"]
+        if plugin is None:
+            return send_json(self, 404, {"error": "the capture plugin is not installed (service started with --no-capture)"})
+        serve_request(self, plugin.routes, method)
+
+    def log_message(self, *args):
+        pass
+
+
+def parse_generate(req) -> dict:
+    """Validate a generate request before any rank sees it (bytes are the tokens: vocab 256)."""
+    if not isinstance(req, dict):
+        raise ValueError("request body must be a JSON object")
+    prompt = req.get("prompt", "")
+    ids = list(prompt.encode()) if isinstance(prompt, str) else prompt
+    if (not isinstance(ids, list) or not ids or len(ids) > MAX_PROMPT
+            or not all(isinstance(i, int) and 0 <= i < 256 for i in ids)):
+        raise ValueError(f"prompt must be a non-empty string or a list of 1..{MAX_PROMPT} token ids in 0..255")
+    n = req.get("max_new_tokens", 16)
+    if not isinstance(n, int) or not 1 <= n <= MAX_NEW:
+        raise ValueError(f"max_new_tokens must be an integer from 1 to {MAX_NEW}")
+    return {"prompt": ids, "max_new_tokens": n}
+
+
+def _version(name: str) -> str:
+    m = sys.modules.get(name)
+    return getattr(m, "__version__", "") if m else ""

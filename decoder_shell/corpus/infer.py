@@ -1,0 +1,163 @@
+"""Collective contract inference: which member of the ring family did the service's all-reduce run?
+
+The answer comes from data, never from a note about a backend: every captured collective's per-rank
+inputs are folded by a candidate contract (contracts.allreduce, the definition of its bits) and the
+candidate is accepted only if it reproduces every element of every collective on every rank. The
+search walks a fixed grid of the family (FAMILY_GRID) from the simplest member up and stops at the
+first that fits; candidates whose chunking is identical on the captured sizes are tried once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import product
+
+import blake3
+import numpy as np
+
+from ..contracts.allreduce import RingContract, allreduce, rank_order
+from ..contracts.numerics import BF16, F32
+
+#: The searched part of the family, each axis in order of preference (simplest first).
+FAMILY_GRID = {
+    "segments": (1, 2, 4, 8),
+    "max_chunk_bytes": (0, *(1 << k for k in range(10, 23))),
+    "chunks_per_rank": (1, 2, 3, 4),
+    "direction": (1, -1),
+    "accumulation": ("hop", "fp32"),
+}
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One captured all-reduce: every rank's input and output (same shape and dtype)."""
+
+    name: str
+    inputs: tuple
+    outputs: tuple
+
+
+@dataclass
+class Inference:
+    contract: RingContract | None
+    collectives: int
+    elements: int
+    tried: int
+    reason: str = ""
+    best: dict = field(default_factory=dict)
+
+    @property
+    def found(self) -> bool:
+        return self.contract is not None
+
+    def describe(self) -> str:
+        if self.found:
+            return (f"{self.contract.describe()} reproduces all {self.collectives} collectives "
+                    f"({self.elements:,} elements per rank) after {self.tried} candidates")
+        return f"no ring contract reproduces the captured collectives: {self.reason}"
+
+    def to_json(self) -> dict:
+        return {"found": self.found, "contract": self.contract.to_json() if self.found else None,
+                "collectives": self.collectives, "elements": self.elements, "tried": self.tried,
+                "reason": self.reason, "best": self.best, "description": self.describe()}
+
+
+def offsets(ranks: int) -> list[int]:
+    """Ring start offsets in preference order: 0, -1, +1, -2, +2, ... (one per residue mod R)."""
+    out, seen = [], set()
+    for k in range(ranks):
+        for o in (-k, k):
+            if o % ranks not in seen:
+                seen.add(o % ranks)
+                out.append(o)
+    return out
+
+
+def reproduces(contract: RingContract, c: Collective) -> bool:
+    """True when `contract` gives every rank's captured output, bit for bit."""
+    got = allreduce(list(c.inputs), contract)
+    return all(_same_bits(got, out) for out in c.outputs)
+
+
+def infer(collectives: list[Collective]) -> Inference:
+    """Search the family for a contract that reproduces every element of every collective."""
+    cs = list(collectives)
+    if not cs:
+        return Inference(None, 0, 0, 0, "the corpus holds no collectives")
+    ranks = len(cs[0].inputs)
+    elements = sum(int(np.asarray(c.inputs[0]).size) for c in cs)
+    for c in cs:
+        problem = _check_shape(c, ranks)
+        if problem:
+            return Inference(None, len(cs), elements, 0, problem)
+        if not all(_same_bits(c.outputs[0], o) for o in c.outputs[1:]):
+            return Inference(None, len(cs), elements, 0,
+                             f"{c.name}: ranks hold different outputs (no ring all-reduce does that)")
+    sizes = sorted({(int(np.asarray(c.inputs[0]).size), np.asarray(c.inputs[0]).dtype.itemsize) for c in cs})
+    tried, best = 0, (-1, None, "")
+    seen_chunking = set()
+    for seg, mcb, cpr in product(FAMILY_GRID["segments"], FAMILY_GRID["max_chunk_bytes"],
+                                 FAMILY_GRID["chunks_per_rank"]):
+        base = RingContract(chunks_per_rank=cpr, max_chunk_bytes=mcb, segments=seg)
+        key = _chunking_key(base, sizes, ranks)
+        if key in seen_chunking:
+            continue
+        seen_chunking.add(key)
+        for off, d, acc in product(offsets(ranks), FAMILY_GRID["direction"], FAMILY_GRID["accumulation"]):
+            cand = RingContract(cpr, mcb, off, d, acc, seg)
+            tried += 1
+            passed = 0
+            for c in cs:
+                if not reproduces(cand, c):
+                    break
+                passed += 1
+            if passed == len(cs):
+                return Inference(cand, len(cs), elements, tried)
+            if passed > best[0]:
+                best = (passed, cand, cs[passed].name)
+    passed, cand, where = best
+    return Inference(None, len(cs), elements, tried,
+                     f"{tried} ring candidates tried; the best, {cand.describe()}, reproduces {passed} of "
+                     f"{len(cs)} collectives and first differs at {where}",
+                     {"contract": cand.to_json(), "reproduced": passed, "first_mismatch": where})
+
+
+def collectives_from_corpus(corpus) -> list[Collective]:
+    """Every all-reduce boundary of a corpus, with each rank's captured input and output."""
+    out = []
+    g = corpus.geometry
+    for b in g.boundaries():
+        if not b.is_collective():
+            continue
+        ms = [corpus.manifest(b, r) for r in range(g.ranks)]
+        out.append(Collective(b.name, tuple(corpus.load(m.tensor("x")) for m in ms),
+                              tuple(corpus.load(m.tensor("out")) for m in ms)))
+    return out
+
+
+def infer_corpus(corpus) -> Inference:
+    return infer(collectives_from_corpus(corpus))
+
+
+def _chunking_key(base: RingContract, sizes, ranks: int) -> bytes:
+    """Two contracts with equal keys fold every captured element in the same rank order."""
+    h = blake3.blake3()
+    for n, itemsize in sizes:
+        h.update(np.ascontiguousarray(rank_order(base, n, ranks, itemsize)[0]).tobytes())
+    return h.digest()
+
+
+def _check_shape(c: Collective, ranks: int) -> str:
+    xs = [np.asarray(x) for x in (*c.inputs, *c.outputs)]
+    if len(c.inputs) != ranks or len(c.outputs) != ranks:
+        return f"{c.name}: expected {ranks} ranks of inputs and outputs"
+    if any(x.shape != xs[0].shape or x.dtype != xs[0].dtype for x in xs):
+        return f"{c.name}: inputs and outputs differ in shape or dtype across ranks"
+    if xs[0].dtype not in (BF16, F32):
+        return f"{c.name}: dtype {xs[0].dtype} is not bfloat16 or float32"
+    return ""
+
+
+def _same_bits(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
