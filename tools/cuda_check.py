@@ -33,7 +33,7 @@ SPECIALS = np.array([0.0, -0.0, 1e-40, -1e-40, 1e-30, -1e-30, 65504.0, -1.0, 1.0
 
 
 def random_case(rng: np.random.Generator):
-    d = int(rng.choice([1, 2, 3, 17, 64, 100, 255, 257, 1000, 1024, 1500, 2048, 4096]))
+    d = int(rng.choice([1, 2, 3, 17, 64, 100, 255, 257, 1000, 1024, 1500, 2048, 4096, 7168]))
     g = Geometry(preset="random", hidden=d, layers=int(rng.integers(1, 3)), ranks=int(rng.integers(1, 9)),
                  verify_rows=int(rng.integers(1, 10)), draft_rows=int(rng.integers(0, 4)),
                  draft_kind=str(rng.choice(["mtp1", "dspark"])),

@@ -191,7 +191,10 @@ __device__ __forceinline__ float tree4(const float* w) { return ADD(ADD(w[0], w[
 // the block tree. The last block to arrive: cross-block tree, rsqrt, split, Sinkhorn, post/comb
 // outputs, pre. Then every block collapses its slice of y. Blocks that wait have already arrived
 // and the last arrival is running, so the wait cannot deadlock.
-template <int NOUT, int OPG, int RPB, int OP, bool FUSED>
+// Q > 0 is the fast path for D = Q * LANES: a lane's elements i = lane + j*LANES then have
+// d = lane + (j mod Q)*LANES and k = j / Q, so each x[m, d] (or its all-reduce) and residual[m, :, d]
+// is loaded once and gives the lane's 4 stream values k = 0..3; they are kept in registers.
+template <int NOUT, int OPG, int RPB, int OP, bool FUSED, int Q>
 __device__ void mhc_boundary(const MhcArgs& a) {
   constexpr int U = RPB <= 2 ? 8 : (RPB <= 4 ? 4 : 2);
   __shared__ float warp_part[RPB][OPG + 1][BLOCK / 32];
@@ -217,29 +220,94 @@ __device__ void mhc_boundary(const MhcArgs& a) {
 #pragma unroll
     for (int o = 0; o <= OPG; o++) acc[r][o] = 0.0f;
 
-  for (int i0 = lane; i0 < N; i0 += U * LANES) {
-    float f[U][OPG];
-    float sv[U][RPB];
+  if constexpr (Q > 0) {
+    float sv[RPB][HC * Q];  // stream values in the lane's element order j = k*Q + q
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-      const int i = i0 + u * LANES;
-      if (i < N) {
+    for (int r = 0; r < RPB; r++) {
+      const int m = row0 + r;
 #pragma unroll
-        for (int o = 0; o < OPG; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + i);
-        const int k = i / a.D, d = i - k * a.D;
+      for (int q = 0; q < Q; q++) {
+        if (r >= rows) {
 #pragma unroll
-        for (int r = 0; r < RPB; r++) sv[u][r] = r < rows ? stream_value<OP, FUSED>(a, row0 + r, k, d, writer) : 0.0f;
+          for (int k = 0; k < HC; k++) sv[r][k * Q + q] = 0.0f;
+          continue;
+        }
+        const int d = lane + q * LANES;
+        const size_t xd = (size_t)m * a.D + d;
+        float x;
+        if (FUSED) {
+          x = ring_fold(a.peers, a.ring, (int)xd);
+          if (writer) st(a.ar_out, xd, x, a.ring.is_bf16);
+        } else {
+          x = ld(a.x, xd, a.x_is_bf16);
+        }
+        float res[HC];
+        if (OP != OP_PRE) {
+          const bf16_t* rp = a.residual + (size_t)m * HC * a.D + d;
+#pragma unroll
+          for (int h = 0; h < HC; h++) res[h] = bf2f(rp[(size_t)h * a.D]);
+        }
+#pragma unroll
+        for (int k = 0; k < HC; k++) {
+          float v = x;
+          if (OP != OP_PRE) {
+            const float* cb = a.comb_in + m * HC * HC;
+            float mix = MUL(cb[0 * HC + k], res[0]);
+            mix = ADD(mix, MUL(cb[1 * HC + k], res[1]));
+            mix = ADD(mix, MUL(cb[2 * HC + k], res[2]));
+            mix = ADD(mix, MUL(cb[3 * HC + k], res[3]));
+            v = ADD(MUL(a.post_in[m * HC + k], x), mix);
+          }
+          const bf16_t b = f2bf(v);
+          if (writer) a.streams[((size_t)m * HC + k) * a.D + d] = b;
+          sv[r][k * Q + q] = bf2f(b);
+        }
       }
     }
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-      if (i0 + u * LANES < N) {
+    for (int j0 = 0; j0 < HC * Q; j0 += U) {
+      float f[U][OPG];
 #pragma unroll
-        for (int r = 0; r < RPB; r++) {
-          const float s = sv[u][r];
-          acc[r][0] = ADD(acc[r][0], MUL(s, s));
+      for (int u = 0; u < U; u++)
+        if (j0 + u < HC * Q)
 #pragma unroll
-          for (int o = 0; o < OPG; o++) acc[r][o + 1] = ADD(acc[r][o + 1], MUL(s, f[u][o]));
+          for (int o = 0; o < OPG; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + (j0 + u) * LANES);
+#pragma unroll
+      for (int u = 0; u < U; u++)
+        if (j0 + u < HC * Q)
+#pragma unroll
+          for (int r = 0; r < RPB; r++) {
+            const float sq = sv[r][j0 + u];
+            acc[r][0] = ADD(acc[r][0], MUL(sq, sq));
+#pragma unroll
+            for (int o = 0; o < OPG; o++) acc[r][o + 1] = ADD(acc[r][o + 1], MUL(sq, f[u][o]));
+          }
+    }
+  } else {
+    for (int i0 = lane; i0 < N; i0 += U * LANES) {
+      float f[U][OPG];
+      float sv[U][RPB];
+  #pragma unroll
+      for (int u = 0; u < U; u++) {
+        const int i = i0 + u * LANES;
+        if (i < N) {
+  #pragma unroll
+          for (int o = 0; o < OPG; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + i);
+          const int k = i / a.D, d = i - k * a.D;
+  #pragma unroll
+          for (int r = 0; r < RPB; r++) sv[u][r] = r < rows ? stream_value<OP, FUSED>(a, row0 + r, k, d, writer) : 0.0f;
+        }
+      }
+  #pragma unroll
+      for (int u = 0; u < U; u++) {
+        if (i0 + u * LANES < N) {
+  #pragma unroll
+          for (int r = 0; r < RPB; r++) {
+            const float s = sv[u][r];
+            acc[r][0] = ADD(acc[r][0], MUL(s, s));
+  #pragma unroll
+            for (int o = 0; o < OPG; o++) acc[r][o + 1] = ADD(acc[r][o + 1], MUL(s, f[u][o]));
+          }
         }
       }
     }

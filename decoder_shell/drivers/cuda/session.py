@@ -50,15 +50,16 @@ class KernelSpec:
     op: str
     rows_per_block: int
     fused: bool
+    q: int = 0  # D / LANES on the fast path (D a multiple of LANES), else 0
 
     @property
     def entry(self) -> str:
-        return f"mhc_{self.op[4:]}_r{self.rows_per_block}{'_fused' if self.fused else ''}"
+        return f"mhc_{self.op[4:]}_r{self.rows_per_block}_q{self.q}{'_fused' if self.fused else ''}"
 
     def wrapper(self) -> str:
         return (f'extern "C" __global__ void __launch_bounds__(BLOCK) {self.entry}(const MhcArgs a) '
                 f'{{ mhc_boundary<{NOUT[self.op]}, {OPG[self.op]}, {self.rows_per_block}, {OPNAME[self.op]}, '
-                f'{"true" if self.fused else "false"}>(a); }}\n')
+                f'{"true" if self.fused else "false"}, {self.q}>(a); }}\n')
 
 
 class Arena:
@@ -144,8 +145,10 @@ class CudaSession(Session):
     def _spec(self, cmd: Command) -> KernelSpec:
         v = self.variants.get(cmd.index, "baseline")
         rows = self.cycle.geometry.phase(cmd.boundary.phase).rows
-        rpb = int(v[7:]) if v.startswith("fused-m") else 1
-        return KernelSpec(cmd.op, min(rpb, rows), v == "fused-allreduce-mhc")
+        rpb = min(int(v[7:]) if v.startswith("fused-m") else 1, rows)
+        d = self.cycle.geometry.hidden
+        q = d // LANES if d % LANES == 0 and d // LANES <= 8 and rpb * 4 * (d // LANES) <= 64 else 0
+        return KernelSpec(cmd.op, rpb, v == "fused-allreduce-mhc", q)
 
     # --- modules ----------------------------------------------------------------------------
     def _build_modules(self):
