@@ -1,0 +1,130 @@
+"""Driver self-check: run random cycles on a driver and compare every output bit-for-bit with the contracts.
+
+Each case draws a random geometry (hidden size, ranks 1-8, rows 1-9, reduction dtype, draft kind), a
+random member of the ring all-reduce family, random implementation variants the driver offers, and
+random input values over a wide range of magnitudes with special values (+-0, subnormals; `scale`
+params blown up so sigmoid/softmax arguments hit the exp clamps). Non-finite intermediate results are
+outside the contract (NaN payload bits are platform-defined), so values stay finite.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from ..commands.program import build_cycle, reference
+from ..contracts.allreduce import RingContract
+from ..corpus.synth import injected_values
+from ..geometry import Geometry
+from .compare import mismatches
+
+SPECIALS = np.array([0.0, -0.0, 1e-40, -1e-40, 1e-30, -1e-30, 65504.0, -1.0, 1.0], dtype=np.float32)
+
+
+def random_case(rng: np.random.Generator):
+    d = int(rng.choice([1, 2, 3, 17, 64, 100, 255, 257, 1000, 1024, 1500, 2048, 4096, 7168]))
+    g = Geometry(preset="random", hidden=d, layers=int(rng.integers(1, 3)), ranks=int(rng.integers(1, 9)),
+                 verify_rows=int(rng.integers(1, 10)), draft_rows=int(rng.integers(0, 4)),
+                 draft_kind=str(rng.choice(["mtp1", "dspark"])),
+                 reduce_dtype=str(rng.choice(["bfloat16", "float32"])))
+    c = RingContract(chunks_per_rank=int(rng.integers(1, 4)),
+                     max_chunk_bytes=int(rng.choice([0, 0, 64, 1000])),
+                     offset=int(rng.integers(-3, 4)), direction=int(rng.choice([1, -1])),
+                     accumulation=str(rng.choice(["hop", "fp32"])), segments=int(rng.integers(1, 4)))
+    return g, c
+
+
+def random_variants(rng, cyc):
+    v = {}
+    cmds = cyc.commands
+    for cmd in cmds:
+        rows = cyc.geometry.phase(cmd.boundary.phase).rows
+        p = rng.random()
+        if cmd.op == "allreduce":
+            if p < 0.2:
+                v[cmd.index] = "ring"
+            elif p < 0.3 and cyc.contract.segments in (2, 4):
+                v[cmd.index] = f"segmented-{cyc.contract.segments}"
+        else:
+            prev = cmd.index - 1
+            if p < 0.3 and cmds[prev].op == "allreduce" and prev not in v:
+                v[cmd.index] = "fused-allreduce-mhc"
+            elif p < 0.5 and rows in (2, 4, 8):
+                v[cmd.index] = f"fused-m{rows}"
+    return v
+
+
+def perturb(rng, values, cyc):
+    """Scale inputs over many magnitudes and plant special values (params keep their realistic scale)."""
+    for r, vals in enumerate(values):
+        for bid, a in list(vals.items()):
+            b = cyc.buffers[bid]
+            if b.kind != "input" and not (b.tensor == "scale" and rng.random() < 0.3):
+                continue
+            f = a.astype(np.float32) * np.float32(10.0 ** rng.uniform(-3, 3))
+            if rng.random() < 0.5:
+                idx = rng.integers(0, f.size, size=max(1, f.size // 50))
+                f.reshape(-1)[idx] = rng.choice(SPECIALS, size=idx.size)
+            f = np.clip(f, -3e38, 3e38)
+            vals[bid] = f.astype(b.dtype)
+    # params are replicated across ranks: keep them identical after perturbation
+    for bid in range(len(cyc.buffers)):
+        if cyc.buffers[bid].kind == "param":
+            for r in range(1, len(values)):
+                values[r][bid] = values[0][bid]
+    return values
+
+
+def compare_outputs(session, cyc, expected):
+    bad = Counter()
+    n = 0
+    for r in range(cyc.ranks):
+        for b in cyc.outputs():
+            got = session.read(r, b.id)
+            n += got.size
+            k = mismatches(got, expected[r][b.id])
+            if k:
+                bad[b.boundary.op] += k
+    return n, bad
+
+
+
+def run_case(drv, cyc, values, variants, expected):
+    """Graph and eager launches of one case; returns (elements compared, Counter of bad elements per op)."""
+    total, bad = 0, Counter()
+    with drv.load(cyc, variants) as s:
+        for r in range(cyc.ranks):
+            for bid, a in values[r].items():
+                s.write(r, bid, a)
+        for graph in (True, False):
+            s.poison()
+            s.run(graph=graph)
+            n, b = compare_outputs(s, cyc, expected)
+            total += n
+            bad.update(b)
+    return total, bad
+
+
+def self_check(drv, cases: int, seed: int, variants=True) -> dict:
+    """Random cases on `drv`; variants=False runs only the driver's baseline kernels."""
+    rng = np.random.default_rng(seed)
+    summary = {"cases": cases, "seed": seed, "elements_compared": 0, "mismatching_elements": 0,
+               "mismatches_by_op": Counter(), "variants_used": Counter(), "failures": []}
+    for case in range(cases):
+        g, c = random_case(rng)
+        cyc = build_cycle(g, c)
+        values = perturb(rng, injected_values(cyc, [seed, case]), cyc)
+        expected = reference(cyc, values)
+        v = random_variants(rng, cyc) if variants else {}
+        summary["variants_used"].update(v.values())
+        n, bad = run_case(drv, cyc, values, v, expected)
+        summary["elements_compared"] += n
+        if bad:
+            summary["mismatching_elements"] += sum(bad.values())
+            summary["mismatches_by_op"].update(bad)
+            summary["failures"].append({"case": case, "geometry": g.to_json(), "contract": c.to_json(),
+                                        "variants": {str(k): x for k, x in v.items()}, "bad": dict(bad)})
+    summary["mismatches_by_op"] = dict(summary["mismatches_by_op"])
+    summary["variants_used"] = dict(summary["variants_used"])
+    return summary

@@ -1,0 +1,52 @@
+"""CUDA driver: kernels bit-identical to the contracts, replay exact. Skips where no CUDA GPU exists;
+the results measured on a GPU are recorded in docs/BENCHMARKS.md and docs/results/."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from decoder_shell.drivers import get_driver
+from decoder_shell.errors import DriverUnavailable
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cuda():
+    try:
+        return get_driver("cuda")
+    except DriverUnavailable as e:
+        pytest.skip(f"no CUDA GPU here: {e}")
+
+
+@pytest.mark.gpu
+def test_random_cycles_bit_exact_on_gpu():
+    from decoder_shell.replay.selfcheck import self_check
+    summary = self_check(_cuda(), cases=12, seed=20261129)
+    assert summary["elements_compared"] > 0
+    assert summary["mismatching_elements"] == 0, summary["failures"][:2]
+
+
+@pytest.mark.gpu
+def test_fma_build_is_caught():
+    from decoder_shell.commands.program import build_cycle, reference
+    from decoder_shell.contracts.allreduce import RingContract
+    from decoder_shell.corpus.synth import injected_values
+    from decoder_shell.geometry import Geometry
+    from decoder_shell.replay.selfcheck import run_case
+    drv = _cuda()
+    cyc = build_cycle(Geometry(preset="t", hidden=4096, layers=1, ranks=2, verify_rows=2, draft_rows=0), RingContract())
+    values = injected_values(cyc, 5)
+    _, bad = run_case(drv, cyc, values, {c.index: "fma" for c in cyc.commands if c.op != "allreduce"},
+                      reference(cyc, values))
+    assert sum(bad.values()) > 0
+
+
+@pytest.mark.gpu
+def test_shipped_corpus_replays_exact_on_gpu():
+    _cuda()
+    r = subprocess.run([sys.executable, "-m", "decoder_shell.cli", "replay", str(ROOT / "corpus"), "--driver", "cuda",
+                        "--epochs", "20", "--changed", "4"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "20/20 graph epochs exact" in r.stdout and "4/4 changed epochs exact" in r.stdout
