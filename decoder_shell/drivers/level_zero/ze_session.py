@@ -47,7 +47,14 @@ class ZeSession(SyclSession):
         buf = ctypes.create_string_buffer(il, len(il))
         desc = ze.ModuleDesc(stype=ze.STYPE_MODULE_DESC, format=ze.MODULE_FORMAT_IL_SPIRV, inputSize=len(il),
                              pInputModule=ctypes.cast(buf, c_void_p), pBuildFlags=spirv.RUNTIME_OPTIONS.encode())
-        return self._create("zeModuleCreate", "zeModuleDestroy", self.context, self.device, byref(desc), None)
+        module, log = c_void_p(), c_void_p()
+        code = self.ze.lib.zeModuleCreate(self.context, self.device, byref(desc), byref(module), byref(log))
+        text = _build_log(self.ze, log)
+        if code != 0:
+            first = next((ln for ln in text.splitlines() if ln.strip()), "no build log")
+            raise ze.ZeError(f"Level Zero zeModuleCreate returned {ze.result_name(code)}: {first}")
+        self._objects.append(("zeModuleDestroy", module))
+        return module
 
     def _events(self, count: int) -> list[c_void_p]:
         pool_desc = ze.EventPoolDesc(stype=ze.STYPE_EVENT_POOL_DESC, count=max(count, 1),
@@ -102,6 +109,18 @@ class ZeSession(SyclSession):
             getattr(self.ze, destroy)(h)
         self._objects = []
         super().close()
+
+
+def _build_log(loader: ze.Loader, log: c_void_p) -> str:
+    """The module build log's text (and the log freed); empty when there is none."""
+    if not log.value:
+        return ""
+    size = ctypes.c_size_t(0)
+    loader.zeModuleBuildLogGetString(log, byref(size), None)
+    text = ctypes.create_string_buffer(size.value or 1)
+    loader.zeModuleBuildLogGetString(log, byref(size), text)
+    loader.zeModuleBuildLogDestroy(log)
+    return text.value.decode(errors="replace")
 
 
 __all__ = ["ZeSession"]
