@@ -128,7 +128,6 @@ def test_native_handles_of_dpctl_objects():
     assert name.value.decode() == dev.name
 
 
-@pytest.mark.gpu
 def test_command_list_replay_on_gpu():
     """On a Level Zero GPU: graph epochs run the immutable command list and stay exact."""
     try:

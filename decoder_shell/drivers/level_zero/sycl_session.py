@@ -13,6 +13,7 @@ import ctypes
 import numpy as np
 
 from ...commands.program import Cycle
+from ...errors import DriverUnavailable
 from ..base import Session
 from . import plan as planning
 from . import spirv
@@ -33,7 +34,10 @@ class Target:
         while True:
             self.group = planning.group_size(limit)
             self.spirv = spirv.build(planning.LANES // self.group)
-            self.program = dpctl.program.create_program_from_spirv(self.queue, self.spirv, spirv.RUNTIME_OPTIONS)
+            try:
+                self.program = dpctl.program.create_program_from_spirv(self.queue, self.spirv, spirv.RUNTIME_OPTIONS)
+            except dpctl.program.SyclProgramCompilationError as e:
+                raise DriverUnavailable(f"{device.name} cannot build the level-zero kernels: {e}") from None
             # a kernel may allow fewer work-items than the device (registers): rebuild for that size
             fit = min(self.program.get_sycl_kernel(k).work_group_size for k in planning.GROUP_KERNELS)
             if fit >= self.group:
@@ -51,8 +55,13 @@ class SyclSession(Session):
         self.queue, self.group, self.program = target.queue, target.group, target.program
         self.plan = planning.build_plan(cycle, self.group, variants)
         # One allocation per buffer id, every rank's copy back to back; never freed or moved until close.
-        self.mem = [dpctl.memory.MemoryUSMDevice(max(b.nbytes, 1) * cycle.ranks, queue=self.queue)
-                    for b in cycle.buffers]
+        try:
+            self.mem = [dpctl.memory.MemoryUSMDevice(max(b.nbytes, 1) * cycle.ranks, queue=self.queue)
+                        for b in cycle.buffers]
+        except dpctl.memory.USMAllocationError as e:
+            need = sum(b.nbytes for b in cycle.buffers) * cycle.ranks
+            raise DriverUnavailable(f"{self.target.device.name} cannot hold the cycle's {need / 2**20:.0f} MiB "
+                                    f"of buffers: {e}") from None
         self._outputs = [self.mem[b.id] for b in cycle.outputs()]
         kernels = {name: self.program.get_sycl_kernel(name) for name in {l.kernel for l in self.plan}}
         self.launches = [(kernels[l.kernel], [self._arg(a) for a in l.args], [l.global_size], [l.local_size])
