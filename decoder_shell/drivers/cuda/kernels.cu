@@ -2,6 +2,7 @@
 // (decoder_shell/contracts, docs/CONTRACTS.md). Compiled by NVRTC with -fmad=false,
 // --prec-div=true, --prec-sqrt=true, --ftz=false; on top of that every fp32 operation goes through
 // ADD/MUL/DIV/SQRT (round-to-nearest intrinsics that are never contracted into an FMA).
+// ABL_* macros are timing ablations (each removes one stage; never exact), for tools/ablate_cuda.py.
 // The FMA_VARIANT macro builds a deliberately inexact variant (plain operators, -fmad=true) that the
 // gate uses to show an inexact candidate failing.
 
@@ -313,6 +314,9 @@ __device__ void mhc_boundary(const MhcArgs& a) {
     }
   }
 
+#ifdef ABL_NO_MAIN
+  if (acc[0][0] == 12345.0f) return;
+#endif
   // lane tree inside the warp (adjacent pairs), then across the block's 4 warps
 #pragma unroll
   for (int r = 0; r < RPB; r++)
@@ -391,7 +395,11 @@ __device__ void mhc_boundary(const MhcArgs& a) {
           c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2); c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
           c = ADD(DIV(c, ADD(ADD(ADD(c0, c1), c2), c3)), a.hc_eps);
         }
+#ifdef ABL_NO_SINKHORN
+        for (int it = 0; it < 0; it++) {
+#else
         for (int it = 0; it < 2 * a.sinkhorn_iters - 1; it++) {
+#endif
           const bool cols = (it & 1) == 0;  // col, then (row, col) x (iters - 1)
           const unsigned b0 = cols ? rowbase + k : rowbase + j * 4, st = cols ? 4 : 1;
           const float c0 = __shfl_sync(0xffffffffu, c, b0), c1 = __shfl_sync(0xffffffffu, c, b0 + st);
@@ -417,6 +425,9 @@ __device__ void mhc_boundary(const MhcArgs& a) {
   }
   __syncthreads();
 
+#ifdef ABL_NO_COLLAPSE
+  return;
+#endif
   // collapse: y[m, d] = ((p0*s0 + p1*s1) + p2*s2) + p3*s3, this block's slice of (row, d)
   const int nb = nblocks, bid = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
   const int total = a.M * a.D, per = (total + nb - 1) / nb;

@@ -34,7 +34,8 @@ def compile_cubin(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernel
         err, major, minor = nvrtc.nvrtcVersion()
     except Exception as e:
         raise DriverUnavailable(f"cuda driver unavailable: NVRTC library not found ({str(e).splitlines()[0]})") from None
-    opts = [f"--gpu-architecture={arch}", *flags]
+    extra = os.environ.get("DECODER_SHELL_CUDA_DEFINES", "").split()  # timing ablations only
+    opts = [f"--gpu-architecture={arch}", *flags, *(f"-D{d}" for d in extra)]
     key = hashlib.sha256("\0".join([source, *opts, f"{major}.{minor}"]).encode()).hexdigest()
     path = cache_dir() / f"{key}.cubin"
     if path.exists():
