@@ -78,20 +78,28 @@ __device__ __forceinline__ float ld(const void* p, size_t e, int is_bf16) {
   return is_bf16 ? bf2f(((const bf16_t*)p)[e]) : ((const float*)p)[e];
 }
 
-// All R peer values are loaded before the fold starts (independent loads in flight), then added in
-// the contract's order.
+// Every rank's value is loaded first (static indices: the pointer table stays in registers, and
+// the R independent loads are in flight together), then folded in the contract's order, picking
+// each step's rank with a select chain rather than a dynamic (local-memory) index.
 __device__ __forceinline__ float ring_fold(const void* const* in, const Ring& c, int e) {
   int start = pmod(ring_owner(c, e) + c.offset, c.ranks);
   float v[MAXR];
 #pragma unroll
-  for (int t = 0; t < MAXR; t++)
-    v[t] = t < c.ranks ? ld(in[pmod(start + t * c.dir, c.ranks)], e, c.is_bf16) : 0.0f;
-  float acc = v[0];
+  for (int q = 0; q < MAXR; q++) v[q] = q < c.ranks ? ld(in[q], e, c.is_bf16) : 0.0f;
+  float acc = 0.0f;
 #pragma unroll
-  for (int t = 1; t < MAXR; t++) {
+  for (int t = 0; t < MAXR; t++) {
     if (t < c.ranks) {
-      acc = ADD(acc, v[t]);
-      if (c.hop && c.is_bf16) acc = round_bf(acc);
+      const int r = pmod(start + t * c.dir, c.ranks);
+      float x = v[0];
+#pragma unroll
+      for (int q = 1; q < MAXR; q++) x = q == r ? v[q] : x;
+      if (t == 0) {
+        acc = x;
+      } else {
+        acc = ADD(acc, x);
+        if (c.hop && c.is_bf16) acc = round_bf(acc);
+      }
     }
   }
   return c.is_bf16 ? round_bf(acc) : acc;
@@ -190,7 +198,8 @@ __device__ __forceinline__ float tree4(const float* w) { return ADD(ADD(w[0], w[
 // Every block: the stream values of its lanes (output group 0 writes them), lane partial sums of
 // its OPG outputs (group 0 also the sum of squares), U iterations' loads in flight at once, then
 // the block tree. The last block to arrive: cross-block tree, rsqrt, split, Sinkhorn, post/comb
-// outputs, pre. Then every block collapses its slice of y. Blocks that wait have already arrived
+// outputs, pre (pre first: the others are released to collapse while the Sinkhorn runs). Then
+// every block collapses its slice of y. Blocks that wait have already arrived
 // and the last arrival is running, so the wait cannot deadlock.
 // Q > 0 is the fast path for D = Q * LANES: a lane's elements i = lane + j*LANES then have
 // d = lane + (j mod Q)*LANES and k = j / Q, so each x[m, d] (or its all-reduce) and residual[m, :, d]
@@ -199,7 +208,6 @@ template <int NOUT, int OPG, int RPB, int OP, bool FUSED, int Q>
 __device__ void mhc_boundary(const MhcArgs& a) {
   constexpr int U = RPB <= 2 ? 8 : (RPB <= 4 ? 4 : 2);
   __shared__ float warp_part[RPB][OPG + 1][BLOCK / 32];
-  __shared__ float mix_s[SCALAR_ROWS][NOUT];
   __shared__ unsigned gen_s;
   __shared__ int last_s;
 
@@ -223,6 +231,14 @@ __device__ void mhc_boundary(const MhcArgs& a) {
 
 #ifndef ABL_NO_MAIN
   if constexpr (Q > 0) {
+    constexpr int UF = (16 / RPB) < HC * Q ? (16 / RPB) : HC * Q;  // fn loads in flight: UF lane steps
+    float f[UF][OPG];
+    // the first round of fn loads goes out before the stream values are computed, so the weight
+    // stream from memory overlaps the loads of x, residual and the all-reduce inputs
+#pragma unroll
+    for (int u = 0; u < UF; u++)
+#pragma unroll
+      for (int o = 0; o < OPG; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + u * LANES);
     float sv[RPB][HC * Q];  // stream values in the lane's element order j = k*Q + q
 #pragma unroll
     for (int r = 0; r < RPB; r++) {
@@ -267,15 +283,16 @@ __device__ void mhc_boundary(const MhcArgs& a) {
       }
     }
 #pragma unroll
-    for (int j0 = 0; j0 < HC * Q; j0 += U) {
-      float f[U][OPG];
+    for (int j0 = 0; j0 < HC * Q; j0 += UF) {
+      if (j0 > 0) {
 #pragma unroll
-      for (int u = 0; u < U; u++)
-        if (j0 + u < HC * Q)
+        for (int u = 0; u < UF; u++)
+          if (j0 + u < HC * Q)
 #pragma unroll
-          for (int o = 0; o < OPG; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + (j0 + u) * LANES);
+            for (int o = 0; o < OPG; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + (j0 + u) * LANES);
+      }
 #pragma unroll
-      for (int u = 0; u < U; u++)
+      for (int u = 0; u < UF; u++)
         if (j0 + u < HC * Q)
 #pragma unroll
           for (int r = 0; r < RPB; r++) {
@@ -339,52 +356,54 @@ __device__ void mhc_boundary(const MhcArgs& a) {
   __syncthreads();
 
   float* pre_g = a.scratch + (size_t)a.M * nbx * (NOUT + 1);
+  float* mix_g = pre_g + a.M * HC;
   if (last_s) {
     __threadfence();
-    for (int m0 = 0; m0 < a.M; m0 += SCALAR_ROWS) {
-      const int mrows = min(SCALAR_ROWS, a.M - m0);
-      // cross-block tree and rsqrt: one thread per (row, output)
-      for (int q = t; q < mrows * NOUT; q += BLOCK) {
-        const int mr = q / NOUT, o = q - mr * NOUT;
-        const float* p = a.scratch + (size_t)(m0 + mr) * nbx * (NOUT + 1);
-        float v[LANES / BLOCK], ss[LANES / BLOCK];
+    // 1. cross-block tree and rsqrt (one thread per row and output), then pre: all the other blocks
+    //    need for the collapse, so they are released before the Sinkhorn runs
+    for (int q = t; q < a.M * NOUT; q += BLOCK) {
+      const int m = q / NOUT, o = q - m * NOUT;
+      const float* p = a.scratch + (size_t)m * nbx * (NOUT + 1);
+      float v[LANES / BLOCK], ss[LANES / BLOCK];
 #pragma unroll
-        for (int b = 0; b < LANES / BLOCK; b++) {
-          v[b] = __ldcg(p + b * (NOUT + 1) + o + 1);
-          ss[b] = __ldcg(p + b * (NOUT + 1));
-        }
-#pragma unroll
-        for (int step = 1; step < LANES / BLOCK; step <<= 1)
-#pragma unroll
-          for (int b = 0; b < LANES / BLOCK; b += 2 * step) {
-            v[b] = ADD(v[b], v[b + step]);
-            ss[b] = ADD(ss[b], ss[b + step]);
-          }
-        const float rs = DIV(1.0f, SQRT(ADD(DIV(ss[0], (float)N), a.norm_eps)));
-        mix_s[mr][o] = MUL(v[0], rs);
+      for (int b = 0; b < LANES / BLOCK; b++) {
+        v[b] = __ldcg(p + b * (NOUT + 1) + o + 1);
+        ss[b] = __ldcg(p + b * (NOUT + 1));
       }
-      __syncthreads();
-      if (OP == OP_POST_HEAD) {
-        for (int q = t; q < mrows * HC; q += BLOCK) {
-          const int mr = q / HC, h = q - mr * HC;
-          pre_g[(m0 + mr) * HC + h] = ADD(psigmoid(ADD(MUL(mix_s[mr][h], a.scale[0]), a.base[h])), a.hc_eps);
+#pragma unroll
+      for (int step = 1; step < LANES / BLOCK; step <<= 1)
+#pragma unroll
+        for (int b = 0; b < LANES / BLOCK; b += 2 * step) {
+          v[b] = ADD(v[b], v[b + step]);
+          ss[b] = ADD(ss[b], ss[b + step]);
         }
-      } else {
-        for (int q = t; q < mrows * 2 * HC; q += BLOCK) {
-          const int mr = q / (2 * HC), h = q - mr * 2 * HC;
-          if (h < HC) {
-            pre_g[(m0 + mr) * HC + h] = ADD(psigmoid(ADD(MUL(mix_s[mr][h], a.scale[0]), a.base[h])), a.hc_eps);
-          } else {
-            a.post_out[(m0 + mr) * HC + h - HC] =
-                MUL(2.0f, psigmoid(ADD(MUL(mix_s[mr][h], a.scale[1]), a.base[h])));
-          }
-        }
+      const float rs = DIV(1.0f, SQRT(ADD(DIV(ss[0], (float)N), a.norm_eps)));
+      const float mix = MUL(v[0], rs);
+      mix_g[q] = mix;
+      if (o < HC) pre_g[m * HC + o] = ADD(psigmoid(ADD(MUL(mix, a.scale[0]), a.base[o])), a.hc_eps);
+    }
+    __threadfence();
+    __syncthreads();
+    if (t == 0) {
+      atomicExch(&a.sync[0], 0u);
+      __threadfence();
+      atomicAdd(&a.sync[1], 1u);
+    }
+    // 2. post and comb for the next boundary, while the other blocks collapse
+    if (OP != OP_POST_HEAD) {
+      for (int q = t; q < a.M * HC; q += BLOCK) {
+        const int m = q / HC, h = q - m * HC;
+        a.post_out[q] = MUL(2.0f, psigmoid(ADD(MUL(mix_g[m * NOUT + HC + h], a.scale[1]), a.base[HC + h])));
+      }
+      for (int m0 = 0; m0 < a.M; m0 += SCALAR_ROWS) {
+        const int mrows = min(SCALAR_ROWS, a.M - m0);
         // Sinkhorn in registers: 16 lanes a row, lane (j, k) owns comb[j][k]; row and column sums
         // gather the 4 values with warp shuffles and add them left to right.
         const int mr = t >> 4, j = (t >> 2) & 3, k = t & 3;
         const bool on = mr < mrows;
         const unsigned rowbase = (t & 31) & ~15u;
-        float c = on ? ADD(MUL(mix_s[mr][2 * HC + j * HC + k], a.scale[2]), a.base[2 * HC + j * HC + k]) : 0.0f;
+        float c = on ? ADD(MUL(mix_g[(m0 + mr) * NOUT + 2 * HC + j * HC + k], a.scale[2]), a.base[2 * HC + j * HC + k])
+                     : 0.0f;
         {
           float c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0), c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
           float c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2), c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
@@ -407,14 +426,6 @@ __device__ void mhc_boundary(const MhcArgs& a) {
         }
         if (on) a.comb_out[((m0 + mr) * HC + j) * HC + k] = c;
       }
-      __syncthreads();
-    }
-    __threadfence();
-    __syncthreads();
-    if (t == 0) {
-      atomicExch(&a.sync[0], 0u);
-      __threadfence();
-      atomicAdd(&a.sync[1], 1u);
     }
   } else {
     if (t == 0) {

@@ -94,7 +94,7 @@ class CudaSession(Session):
         for cmd in cycle.commands:
             if cmd.op != "allreduce":
                 m = cycle.geometry.phase(cmd.boundary.phase).rows
-                self.scratch[cmd.index] = work.take(4 * (m * (LANES // BLOCK) * (NOUT[cmd.op] + 1) + m * 4))
+                self.scratch[cmd.index] = work.take(4 * m * ((LANES // BLOCK) * (NOUT[cmd.op] + 1) + 4 + NOUT[cmd.op]))
                 self.sync[cmd.index] = work.take(8)
         self.arenas = []
         for _ in range(R):
