@@ -5,9 +5,11 @@ R ranks' values are folded: acc = x[o0]; acc = acc + x[o1]; ... The family fixes
 
 - segments:      the flat tensor is cut into `segments` contiguous pieces (ceil size), each reduced
                  as an independent collective (a wide collective run as several narrower ones);
-- chunking:      within a piece, `chunks = round_up(max(ceil(bytes / max_chunk_bytes),
+- chunking:      within a piece of n elements, `chunks = round_up(max(ceil(n / per),
                  chunks_per_rank * R), R)` chunks of ceil(n / chunks) elements (the last ones may be
-                 short or empty); chunk c belongs to owner rank c // (chunks / R);
+                 short or empty), where per = max(1, max_chunk_bytes // itemsize) is the chunk bound
+                 rounded down to whole elements (as gloo rounds its maximum segment size); chunk c
+                 belongs to owner rank c // (chunks / R);
 - order:         chunk c is folded starting at rank (owner + offset) mod R, stepping by `direction`
                  (+1 or -1) around the ring;
 - accumulation:  "hop" rounds to the data dtype after every addition (a ring that sends partials in
