@@ -10,19 +10,19 @@ same cycles. After the armed cycles each rank disarms itself.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..geometry import Geometry
+from . import _NULL
 from .assemble import assemble
 from .channel import RankHub, RankLink
 from .errors import CaptureError
 from .recorder import PhaseRecorder
 from .writer import CorpusWriter
 
-NULL = contextlib.nullcontext()
+NULL = _NULL  # one shared no-op context: a disarmed marker allocates nothing
 
 
 @dataclass
