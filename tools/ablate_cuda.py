@@ -47,6 +47,8 @@ def main():
     ar = [c.index for c in cyc.commands if c.op == "allreduce"]
     fused = {i: "fused-allreduce-mhc" for i in mh}
     rows = [("baseline", "", {}), ("fused-allreduce-mhc", "", fused),
+            ("cluster", "", {i: "cluster" for i in mh}), ("cluster-fused", "", {i: "cluster-fused" for i in mh}),
+            ("cluster-fused -DABL_NO_SINKHORN", "ABL_NO_SINKHORN", {i: "cluster-fused" for i in mh}),
             ("delete all-reduces", "", {i: "delete" for i in ar}), ("delete mHC", "", {i: "delete" for i in mh}),
             ("all-reduce as empty kernels", "", {i: "empty" for i in ar}),
             ("mHC as empty kernels", "", {i: "empty" for i in mh})]

@@ -166,7 +166,8 @@ def main():
         t0 = time.time()
         expected = reference(cyc, values)
         mh = [c.index for c in cyc.commands if c.op != "allreduce"]
-        configs = {"shell baseline": {}, "shell fused-allreduce-mhc": {i: "fused-allreduce-mhc" for i in mh}}
+        configs = {"shell baseline": {}, "shell fused-allreduce-mhc": {i: "fused-allreduce-mhc" for i in mh},
+                   "shell cluster": {i: "cluster" for i in mh}, "shell cluster-fused": {i: "cluster-fused" for i in mh}}
         if m in (2, 4, 8):
             configs[f"shell fused-m{m}"] = {i: f"fused-m{m}" for i in mh}
         configs["floor: empty kernels"] = {c.index: "empty" for c in cyc.commands}

@@ -48,10 +48,16 @@ def random_variants(rng, cyc):
                 v[cmd.index] = f"segmented-{cyc.contract.segments}"
         else:
             prev = cmd.index - 1
-            if p < 0.3 and cmds[prev].op == "allreduce" and prev not in v:
+            plain_prev = cmds[prev].op == "allreduce" and prev not in v
+            cluster_ok = cyc.geometry.hidden % 1024 == 0 and cyc.geometry.hidden <= 8192
+            if p < 0.2 and plain_prev:
                 v[cmd.index] = "fused-allreduce-mhc"
-            elif p < 0.5 and rows in (2, 4, 8):
+            elif p < 0.35 and rows in (2, 4, 8):
                 v[cmd.index] = f"fused-m{rows}"
+            elif p < 0.55 and cluster_ok:
+                v[cmd.index] = "cluster"
+            elif p < 0.75 and cluster_ok and plain_prev:
+                v[cmd.index] = "cluster-fused"
     return v
 
 

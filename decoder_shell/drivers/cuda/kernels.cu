@@ -455,5 +455,193 @@ __device__ void mhc_boundary(const MhcArgs& a) {
   }
 }
 
+// ---- mHC boundary on a thread-block cluster (sm_90+) ----------------------------------------------
+// One cluster of 8 blocks per row: block b of the cluster holds lanes b*128 .. b*128+127 of the
+// contract's 1024, with 256 threads (two halves splitting the outputs, 12 each; the head's 4 fit in
+// one half). The cross-block part of the lane tree goes through distributed shared memory behind
+// cluster barriers instead of global memory and atomics. Block 0 computes rsqrt and pre, releases
+// the others to collapse y, and computes post and the Sinkhorn comb meanwhile. Needs D = Q*1024.
+__device__ __forceinline__ unsigned cluster_ctarank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+__device__ __forceinline__ float ld_dsmem(const float* p, unsigned rank) {
+  unsigned sa = (unsigned)__cvta_generic_to_shared(p), ra;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(sa), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
+  return v;
+}
+
+#define CLUSTER 8
+template <int NOUT, int OP, bool FUSED, int Q>
+__device__ void mhc_cluster(const MhcArgs& a) {
+  constexpr int HALVES = NOUT > 8 ? 2 : 1;
+  constexpr int OPT = NOUT / HALVES;  // outputs per thread
+  constexpr int UF = HC * Q < 8 ? HC * Q : 8;
+  __shared__ float warp_part[HALVES][OPT + 1][BLOCK / 32];
+  __shared__ float part[NOUT + 1];  // this block's lane-tree results: [0] sum of squares, [1 + o] dots
+  __shared__ float pre_s[HC];
+  const int t = threadIdx.x, half = t / BLOCK, tl = t - half * BLOCK;
+  const unsigned crank = cluster_ctarank();
+  const int lane = crank * BLOCK + tl;
+  const int m = blockIdx.y;
+  const int o0 = half * OPT;
+  const int N = HC * a.D;
+
+  float f[UF][OPT];
+#pragma unroll
+  for (int u = 0; u < UF; u++)
+#pragma unroll
+    for (int o = 0; o < OPT; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + u * LANES);
+
+  float sv[HC * Q];
+#pragma unroll
+  for (int q = 0; q < Q; q++) {
+    const int d = lane + q * LANES;
+    const size_t xd = (size_t)m * a.D + d;
+    float x;
+    if (FUSED) {
+      x = ring_fold(a.peers, a.ring, (int)xd);
+      if (half == 0) st(a.ar_out, xd, x, a.ring.is_bf16);
+    } else {
+      x = ld(a.x, xd, a.x_is_bf16);
+    }
+    float res[HC];
+    if (OP != OP_PRE) {
+      const bf16_t* rp = a.residual + (size_t)m * HC * a.D + d;
+#pragma unroll
+      for (int h = 0; h < HC; h++) res[h] = bf2f(rp[(size_t)h * a.D]);
+    }
+#pragma unroll
+    for (int k = 0; k < HC; k++) {
+      float v = x;
+      if (OP != OP_PRE) {
+        const float* cb = a.comb_in + m * HC * HC;
+        float mix = MUL(cb[0 * HC + k], res[0]);
+        mix = ADD(mix, MUL(cb[1 * HC + k], res[1]));
+        mix = ADD(mix, MUL(cb[2 * HC + k], res[2]));
+        mix = ADD(mix, MUL(cb[3 * HC + k], res[3]));
+        v = ADD(MUL(a.post_in[m * HC + k], x), mix);
+      }
+      const bf16_t b = f2bf(v);
+      if (half == 0) a.streams[((size_t)m * HC + k) * a.D + d] = b;
+      sv[k * Q + q] = bf2f(b);
+    }
+  }
+
+  float acc[OPT + 1];
+#pragma unroll
+  for (int o = 0; o <= OPT; o++) acc[o] = 0.0f;
+#pragma unroll
+  for (int j0 = 0; j0 < HC * Q; j0 += UF) {
+    if (j0 > 0) {
+#pragma unroll
+      for (int u = 0; u < UF; u++)
+        if (j0 + u < HC * Q)
+#pragma unroll
+          for (int o = 0; o < OPT; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + (j0 + u) * LANES);
+    }
+#pragma unroll
+    for (int u = 0; u < UF; u++)
+      if (j0 + u < HC * Q) {
+        const float s = sv[j0 + u];
+        acc[0] = ADD(acc[0], MUL(s, s));
+#pragma unroll
+        for (int o = 0; o < OPT; o++) acc[o + 1] = ADD(acc[o + 1], MUL(s, f[u][o]));
+      }
+  }
+#pragma unroll
+  for (int o = 0; o <= OPT; o++) {
+    float v = acc[o];
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) v = ADD(v, __shfl_down_sync(0xffffffffu, v, off));
+    if ((tl & 31) == 0) warp_part[half][o][tl >> 5] = v;
+  }
+  __syncthreads();
+  if (t <= NOUT) {
+    const int h = t == 0 ? 0 : (t - 1) / OPT, o = t == 0 ? 0 : (t - 1) - h * OPT + 1;
+    part[t] = tree4(warp_part[h][o]);
+  }
+  cluster_arrive();
+  cluster_wait();  // 1: every block's part[] is visible cluster-wide
+
+  if (crank == 0) {
+    __shared__ float mix_s[NOUT];
+    if (t < NOUT) {
+      float v[CLUSTER], ss[CLUSTER];
+#pragma unroll
+      for (int b = 0; b < CLUSTER; b++) {
+        v[b] = ld_dsmem(&part[t + 1], b);
+        ss[b] = ld_dsmem(&part[0], b);
+      }
+#pragma unroll
+      for (int step = 1; step < CLUSTER; step <<= 1)
+#pragma unroll
+        for (int b = 0; b < CLUSTER; b += 2 * step) {
+          v[b] = ADD(v[b], v[b + step]);
+          ss[b] = ADD(ss[b], ss[b + step]);
+        }
+      const float rs = DIV(1.0f, SQRT(ADD(DIV(ss[0], (float)N), a.norm_eps)));
+      const float mix = MUL(v[0], rs);
+      mix_s[t] = mix;
+      if (t < HC) pre_s[t] = ADD(psigmoid(ADD(MUL(mix, a.scale[0]), a.base[t])), a.hc_eps);
+    }
+    __syncthreads();
+    cluster_arrive();  // 2: pre is ready; the others collapse while this block finishes post and comb
+    if (OP != OP_POST_HEAD) {
+      if (t < HC) a.post_out[m * HC + t] = MUL(2.0f, psigmoid(ADD(MUL(mix_s[HC + t], a.scale[1]), a.base[HC + t])));
+      if (t < 32) {
+        const int j = (t >> 2) & 3, k = t & 3;
+        const unsigned rowbase = t & ~15u;
+        float c = ADD(MUL(mix_s[2 * HC + j * HC + k], a.scale[2]), a.base[2 * HC + j * HC + k]);
+        {
+          float c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0), c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
+          float c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2), c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
+          float mx = fmaxf(fmaxf(c0, c1), fmaxf(c2, c3));
+          c = pexp(SUB(c, mx));
+          c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0); c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
+          c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2); c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
+          c = ADD(DIV(c, ADD(ADD(ADD(c0, c1), c2), c3)), a.hc_eps);
+        }
+#ifdef ABL_NO_SINKHORN
+        for (int it = 0; it < 0; it++) {
+#else
+        for (int it = 0; it < 2 * a.sinkhorn_iters - 1; it++) {
+#endif
+          const bool cols = (it & 1) == 0;
+          const unsigned b0 = cols ? rowbase + k : rowbase + j * 4, st = cols ? 4 : 1;
+          const float c0 = __shfl_sync(0xffffffffu, c, b0), c1 = __shfl_sync(0xffffffffu, c, b0 + st);
+          const float c2 = __shfl_sync(0xffffffffu, c, b0 + 2 * st), c3 = __shfl_sync(0xffffffffu, c, b0 + 3 * st);
+          c = DIV(c, ADD(ADD(ADD(ADD(c0, c1), c2), c3), a.hc_eps));
+        }
+        if (t < 16) a.comb_out[(m * HC + j) * HC + k] = c;
+      }
+    }
+    cluster_wait();
+  } else {
+    cluster_arrive();
+    cluster_wait();  // 2
+  }
+
+  // collapse: this block's slice of row m's D columns, pre read from block 0's shared memory
+  const float p0 = ld_dsmem(&pre_s[0], 0), p1 = ld_dsmem(&pre_s[1], 0);
+  const float p2 = ld_dsmem(&pre_s[2], 0), p3 = ld_dsmem(&pre_s[3], 0);
+  const int per = a.D / CLUSTER, d0 = crank * per;
+  const bf16_t* sm = a.streams + (size_t)m * HC * a.D;
+  for (int d = d0 + t; d < d0 + per; d += HALVES * BLOCK) {
+    float v = MUL(p0, bf2f(__ldcg(sm + d)));
+    v = ADD(v, MUL(p1, bf2f(__ldcg(sm + a.D + d))));
+    v = ADD(v, MUL(p2, bf2f(__ldcg(sm + 2 * a.D + d))));
+    v = ADD(v, MUL(p3, bf2f(__ldcg(sm + 3 * a.D + d))));
+    a.y[(size_t)m * a.D + d] = f2bf(v);
+  }
+  cluster_arrive();
+  cluster_wait();  // 3: block 0's shared memory stays alive until every block has read pre
+}
+
 // Instantiations are generated by the driver: extern "C" wrappers named
 //   mhc_<op>_r<RPB>[_fused]  with op in {pre, post_pre, post_head}; OPG outputs per block group.

@@ -36,6 +36,8 @@ VARIANTS = {
     "fused-m4": "fixed-width mHC kernel, all 4 rows in one block (phase must have M=4)",
     "fused-m8": "fixed-width mHC kernel, all 8 rows in one block (phase must have M=8)",
     "fused-allreduce-mhc": "the preceding all-reduce folded into this mHC kernel (one node per rank and boundary)",
+    "cluster": "mHC kernel on 8-block thread-block clusters, one per row, reducing through distributed shared memory (sm_90+, D a multiple of 1024)",
+    "cluster-fused": "cluster mHC kernel with the preceding all-reduce folded in (one node per rank and boundary)",
     "fma": "mHC kernel built with FMA contraction (deliberately inexact)",
     "empty": "an empty kernel node in the command's place (the launch floor)",
     "oneshot": "all-reduce: every rank reads all peers in the contract's order (baseline)",
@@ -45,18 +47,31 @@ VARIANTS = {
 }
 
 
+FUSED_VARIANTS = ("fused-allreduce-mhc", "cluster-fused")
+
+
 @dataclass
 class KernelSpec:
     op: str
     rows_per_block: int
     fused: bool
     q: int = 0  # D / LANES on the fast path (D a multiple of LANES), else 0
+    cluster: bool = False
 
     @property
     def entry(self) -> str:
-        return f"mhc_{self.op[4:]}_r{self.rows_per_block}_q{self.q}{'_fused' if self.fused else ''}"
+        kind = "cl" if self.cluster else f"r{self.rows_per_block}"
+        return f"mhc_{self.op[4:]}_{kind}_q{self.q}{'_fused' if self.fused else ''}"
+
+    @property
+    def threads(self) -> int:
+        return BLOCK * (2 if self.cluster and NOUT[self.op] > 8 else 1)
 
     def wrapper(self) -> str:
+        if self.cluster:
+            return (f'extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__({self.threads}) '
+                    f'{self.entry}(const MhcArgs a) {{ mhc_cluster<{NOUT[self.op]}, {OPNAME[self.op]}, '
+                    f'{"true" if self.fused else "false"}, {self.q}>(a); }}\n')
         return (f'extern "C" __global__ void __launch_bounds__(BLOCK) {self.entry}(const MhcArgs a) '
                 f'{{ mhc_boundary<{NOUT[self.op]}, {OPG[self.op]}, {self.rows_per_block}, {OPNAME[self.op]}, '
                 f'{"true" if self.fused else "false"}, {self.q}>(a); }}\n')
@@ -138,15 +153,23 @@ class CudaSession(Session):
                 rows = self.cycle.geometry.phase(cmds[idx].boundary.phase).rows
                 if rows != int(v[7:]):
                     raise UsageError(f"{v} needs M={v[7:]}; {cmds[idx].boundary.name} has M={rows}")
-            if v == "fused-allreduce-mhc" and (idx == 0 or cmds[idx - 1].op != "allreduce"
-                                               or self.variants.get(idx - 1) not in (None, "baseline", "oneshot")):
-                raise UsageError(f"fused-allreduce-mhc needs a plain all-reduce right before {cmds[idx].boundary.name}")
+            if v in FUSED_VARIANTS and (idx == 0 or cmds[idx - 1].op != "allreduce"
+                                        or self.variants.get(idx - 1) not in (None, "baseline", "oneshot")):
+                raise UsageError(f"{v} needs a plain all-reduce right before {cmds[idx].boundary.name}")
+            if v.startswith("cluster"):
+                d = self.cycle.geometry.hidden
+                if d % LANES or d // LANES > 8:
+                    raise UsageError(f"{v} needs a hidden size that is a multiple of {LANES} (at most {8 * LANES}); D={d}")
+                if int(self.arch[3:]) < 90:
+                    raise UsageError(f"{v} needs thread-block clusters (sm_90 or newer); this device is {self.arch}")
 
     def _spec(self, cmd: Command) -> KernelSpec:
         v = self.variants.get(cmd.index, "baseline")
         rows = self.cycle.geometry.phase(cmd.boundary.phase).rows
         rpb = min(int(v[7:]) if v.startswith("fused-m") else 1, rows)
         d = self.cycle.geometry.hidden
+        if v.startswith("cluster"):
+            return KernelSpec(cmd.op, 1, v == "cluster-fused", d // LANES, cluster=True)
         q = d // LANES if d % LANES == 0 and d // LANES <= 8 and rpb * 4 * (d // LANES) <= 64 else 0
         return KernelSpec(cmd.op, rpb, v == "fused-allreduce-mhc", q)
 
@@ -218,6 +241,8 @@ class CudaSession(Session):
         a.sinkhorn_iters = g.mhc.sinkhorn_iters
         a.hc_eps, a.norm_eps = g.mhc.hc_eps, g.mhc.norm_eps
         key = sp.entry + (":fma" if self.variants.get(cmd.index) == "fma" else "")
+        if sp.cluster:
+            return A.Launch(self.funcs[key], (LANES // BLOCK, rows, 1), (sp.threads, 1, 1), a)
         grid = (LANES // BLOCK, NOUT[cmd.op] // OPG[cmd.op], -(-rows // sp.rows_per_block))
         return A.Launch(self.funcs[key], grid, (BLOCK, 1, 1), a)
 
@@ -247,7 +272,7 @@ class CudaSession(Session):
         self.eager: list[A.Launch] = []
         last = [cu.cuGraphAddEventRecordNode(self.graph, [], 0, self.ev_start[r]) for r in range(R)]
         cmds = self.cycle.commands
-        fused_away = {i - 1 for i, v in self.variants.items() if v == "fused-allreduce-mhc"}
+        fused_away = {i - 1 for i, v in self.variants.items() if v in FUSED_VARIANTS}
         for cmd in cmds:
             v = self.variants.get(cmd.index, "baseline")
             if v == "delete" or cmd.index in fused_away:
@@ -263,7 +288,7 @@ class CudaSession(Session):
             if cmd.op == "allreduce":
                 last = self._graph_allreduce(cmd, v, last)
             else:
-                fused = v == "fused-allreduce-mhc"
+                fused = v in FUSED_VARIANTS
                 prev = cmds[cmd.index - 1] if fused else None
                 new = []
                 for r in range(R):
