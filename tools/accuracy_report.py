@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from decoder_shell.contracts import mhc as C
-from decoder_shell.contracts.numerics import BF16, F32
+from decoder_shell.contracts.numerics import BF16
 
 HC, ITERS, EPS = 4, 20, 1e-6
 
@@ -206,7 +206,8 @@ def measure(seeds: int, hidden: int, rows: int, stats: dict, tf: Transformers):
             y64, post64, comb64 = official_pre(s, *tp, torch.float64)
             y32, post32, comb32 = official_pre(s, *tp, torch.float32)
             yt, postt, combt = tf.pre(s, *tp)
-            for name, ours, r64, r32, rt in (("y", out["y"], y64, y32, yt), ("post", out["post"], post64, post32, postt),
+            for name, ours, r64, r32, rt in (("y", out["y"], y64, y32, yt),
+                                             ("post", out["post"], post64, post32, postt),
                                              ("comb", out["comb"], comb64, comb32, combt)):
                 stat((op, name)).add(ours, r64, r32, rt)
 
