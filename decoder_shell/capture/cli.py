@@ -46,7 +46,7 @@ def _capture(args, console) -> int:
 
 def _serve(args, console) -> int:
     from .reference.launch import serve
-    from .reference.server import ServeOptions
+    from .reference.options import ServeOptions
     if not 0 <= args.port <= 65535:
         from .errors import UsageError
         raise UsageError("--port must be between 0 and 65535")

@@ -99,7 +99,7 @@ def _follow(client: ServiceClient, capture_id: str, g: Geometry, args, err: Cons
     total = g.ranks * len(g.boundaries()) * args.cycles
     deadline = time.monotonic() + args.timeout
     columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=False, disable=args.json) as bar:
+    with Progress(*columns, console=err, transient=False, disable=args.json or not err.is_terminal) as bar:
         task = bar.add_task("armed, waiting for the next cycle", total=total)
         while True:
             s = client.request("GET", "/capture/status")

@@ -31,20 +31,24 @@ def free_port() -> int:
 
 def serve(opts) -> int:
     """Run the service until a signal or a rank exits; returns the exit code."""
-    from .model import ModelShape
+    from .shape import ModelShape
     ModelShape().check_tp(opts.tp)
     if opts.verify_rows < 1 or opts.verify_rows > 16:
         raise UsageError("--verify-rows must be between 1 and 16")
     if opts.mhc not in ("transformers", "shell"):
         raise UsageError("--mhc must be 'transformers' or 'shell'")
-    backend = _backend(opts.backend, opts.tp)
-    from http.server import ThreadingHTTPServer
-
-    from . import server as rank_server  # imports torch and transformers before the fork
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     try:
-        http = ThreadingHTTPServer(("127.0.0.1", opts.port), rank_server.Handler)
+        http = ThreadingHTTPServer(("127.0.0.1", opts.port), BaseHTTPRequestHandler)
     except OSError as e:
         raise UsageError(f"cannot listen on 127.0.0.1:{opts.port} ({e.strerror})") from None
+    try:
+        backend = _backend(opts.backend, opts.tp)
+    except Exception:
+        http.server_close()
+        raise
+    from . import server as rank_server  # imports torch and transformers before the fork
+    http.RequestHandlerClass = rank_server.Handler
     http.daemon_threads = True
     port = http.server_address[1]
     run_dir = tempfile.mkdtemp(prefix="decoder-shell-serve-")

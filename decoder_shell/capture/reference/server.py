@@ -11,7 +11,6 @@ import queue
 import signal
 import sys
 import threading
-from dataclasses import dataclass
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -22,25 +21,13 @@ from ... import capture
 from ..control import send_json, serve_request
 from .engine import Engine
 from .mhc_shell import swap_in
-from .model import ModelShape, RankModel
+from .model import RankModel
+from .options import ServeOptions
+from .shape import ModelShape
 
 MAX_PROMPT = 512
 MAX_NEW = 512
 GENERATE_TIMEOUT_S = 600
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    tp: int
-    port: int
-    mhc: str = "transformers"
-    verify_rows: int = 2
-    seed: int = 0
-    token_file: str = ""
-    capture: bool = True
-    backend: str = "gloo"
-    run_dir: str = ""
-    master_port: int = 0
 
 
 def rank_main(rank: int, opts: ServeOptions, http_server=None) -> None:

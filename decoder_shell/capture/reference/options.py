@@ -1,0 +1,19 @@
+"""Options of `shell serve-reference` (no heavy imports: checked before torch loads)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    tp: int
+    port: int
+    mhc: str = "transformers"
+    verify_rows: int = 2
+    seed: int = 0
+    token_file: str = ""
+    capture: bool = True
+    backend: str = "gloo"
+    run_dir: str = ""
+    master_port: int = 0
