@@ -17,6 +17,8 @@ from .contracts.mhc import MhcParams
 from .errors import UsageError
 
 REDUCE_DTYPES = ("bfloat16", "float32")
+#: Bounds that keep every tensor a corpus can declare far below what a host can allocate.
+MAX_HIDDEN, MAX_LAYERS, MAX_ROWS = 65536, 1024, 1024
 DRAFT_KINDS = {"mtp1": 1, "dspark": 3}  # draft kind -> stages (each stage: attention + MoE)
 
 
@@ -69,12 +71,15 @@ class Geometry:
     mhc: MhcParams = field(default_factory=MhcParams)
 
     def __post_init__(self):
+        for name in ("hidden", "layers", "ranks", "verify_rows", "draft_rows", "hc"):
+            if not isinstance(getattr(self, name), int) or isinstance(getattr(self, name), bool):
+                raise UsageError(f"geometry field {name!r} must be an integer")
         checks = [
-            (self.hidden >= 1, "hidden size must be positive"),
-            (self.layers >= 1, "layers must be at least 1"),
+            (1 <= self.hidden <= MAX_HIDDEN, f"hidden size must be between 1 and {MAX_HIDDEN}"),
+            (1 <= self.layers <= MAX_LAYERS, f"layers must be between 1 and {MAX_LAYERS}"),
             (1 <= self.ranks <= 64, "--tp must be between 1 and 64"),
-            (self.verify_rows >= 1, "--verify-rows must be at least 1"),
-            (self.draft_rows >= 0, "--draft-rows must be 0 (no draft phase) or more"),
+            (1 <= self.verify_rows <= MAX_ROWS, f"--verify-rows must be between 1 and {MAX_ROWS}"),
+            (0 <= self.draft_rows <= MAX_ROWS, f"--draft-rows must be between 0 (no draft phase) and {MAX_ROWS}"),
             (self.draft_kind in DRAFT_KINDS, f"draft kind must be one of {sorted(DRAFT_KINDS)}"),
             (self.hc == 4, "hc_mult is 4 for DeepSeek-V4"),
             (self.reduce_dtype in REDUCE_DTYPES, f"reduction dtype must be one of {REDUCE_DTYPES}"),

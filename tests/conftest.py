@@ -271,7 +271,8 @@ def n_fold_orders(n, ranks, itemsize, chunks_per_rank=1, max_chunk_bytes=0, offs
         i = e - lo
         chunks = chunks_per_rank * ranks
         if max_chunk_bytes:
-            chunks = max(-(-(m * itemsize) // max_chunk_bytes), chunks)
+            per = max(1, max_chunk_bytes // itemsize)  # the bound in whole elements, as documented
+            chunks = max(-(-m // per), chunks)
         chunks = -(-chunks // ranks) * ranks
         size = -(-m // chunks)
         chunk = i // size

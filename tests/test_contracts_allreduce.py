@@ -23,8 +23,8 @@ dtypes = st.sampled_from([BF16, F32])
 
 @st.composite
 def contracts(draw, itemsize_multiple=4):
-    """Any member of the family. max_chunk_bytes is drawn as a multiple of 4 bytes, where the
-    documented `ceil(bytes / max_chunk_bytes)` rule and the reference agree (see the test below)."""
+    """Any member of the family (max_chunk_bytes drawn as a multiple of 4 bytes; the non-multiple
+    case has its own test below)."""
     return RingContract(
         chunks_per_rank=draw(st.integers(1, 4)),
         max_chunk_bytes=draw(st.sampled_from([0, 0]) | st.integers(1, 16).map(lambda k: k * itemsize_multiple)),
@@ -77,11 +77,9 @@ def test_rank_order_matches_documented_rules(naive, n, ranks, itemsize, c):
 
 
 def test_max_chunk_bytes_rule_agrees_with_its_documentation(naive):
-    """Bug: decoder_shell/contracts/allreduce.py documents `chunks = round_up(max(ceil(bytes /
-    max_chunk_bytes), chunks_per_rank * R), R)`, but rank_order computes ceil(n / (max_chunk_bytes //
-    itemsize)). When max_chunk_bytes is not a multiple of the element size the two differ:
-    6 fp32 elements, 2 ranks, max_chunk_bytes=6 -> documented 4 chunks of 2 (owners 0,0,0,0,1,1),
-    rank_order 6 chunks of 1 (owners 0,0,0,1,1,1)."""
+    """The chunk bound counts whole elements (max_chunk_bytes // itemsize, at least 1), as the module
+    documents and as gloo rounds its maximum segment size: 6 fp32 elements, 2 ranks, max_chunk_bytes=6
+    -> a bound of 1 element -> 6 chunks of 1 (owners 0,0,0,1,1,1)."""
     c = RingContract(max_chunk_bytes=6)
     assert rank_order(c, 6, 2, 4).T.tolist() == naive.fold_orders(6, 2, 4, max_chunk_bytes=6)
 

@@ -78,10 +78,8 @@ def test_lane_sum_of_negative_zeros_is_positive_zero():
 
 
 def test_lane_sum_rejects_or_sums_correctly_with_non_power_of_two_lanes():
-    """Bug: the pair tree silently double-counts a lane when `lanes` is not a power of two.
-
-    lane_sum(ones(3), lanes=3) returns 4.0 (lane 1 is added twice); it must either raise
-    ValueError or return the sum, 3.0."""
+    """The adjacent-pair tree needs a power-of-two lane count: anything else must be refused (or
+    summed correctly), never silently count a lane twice (lane_sum(ones(3), lanes=3) == 3 or raise)."""
     try:
         got = lane_sum(np.ones(3, dtype=np.float32), lanes=3)
     except ValueError:

@@ -155,15 +155,9 @@ def test_swapped_blobs_break_the_link(corpus_copy):
 
 
 def test_every_one_byte_change_of_a_blob_is_detected(corpus_copy):
-    """Bug: some one-byte changes of a blob file go unnoticed. Bit 4 of a zstd frame's header
-    descriptor (byte 4 of the file) is the format's "unused bit", which decoders ignore; a scan of
-    the shipped corpus found more such bits inside compressed blocks (bytes 17 to 20 of frames with
-    Huffman-coded literals: 55 of 471,879 single-byte changes went unnoticed). The decoded bytes
-    are unchanged, their blake3 still matches the name, and `shell verify` exits 0, although the
-    acceptance criterion is that changing any byte of a blob makes verify and replay exit 2.
-    blobs.py get() checks only the decoded bytes (a zstd content checksum would not help, it covers
-    them too). Suggested fix: also authenticate the stored bytes, e.g. store blake3(frame) in a
-    trailing zstd skippable frame (or in the manifest) and check it in get() before decoding."""
+    """Every one-byte change of a blob file is caught, including bits zstd decoders ignore (the
+    frame header's unused bit, some bits of Huffman-coded literals): the stored bytes carry their own
+    blake3 in a trailing skippable frame, so verify and replay exit 2."""
     path = blob_path(corpus_copy, tensor_digest(corpus_copy, "verify", 0, 1, "fn"))
     data = bytearray(path.read_bytes())
     assert data[:4] == b"\x28\xb5\x2f\xfd" and not data[4] & 0x10
@@ -173,11 +167,8 @@ def test_every_one_byte_change_of_a_blob_is_detected(corpus_copy):
 
 
 def test_trailing_bytes_after_the_frame_are_detected(corpus_copy):
-    """Bug: bytes appended to a blob file after its zstd frame (an oversized blob) are ignored:
-    ZstdDecompressor().decompress() in blobs.py get() stops after the first frame, so the digest
-    matches and verify exits 0. DESIGN 5 lists an oversized blob as an error. Suggested fix: in
-    get(), decompress with a decompressobj() and refuse the blob when `unused_data` is not empty
-    (or compare len(frame) with the frame's compressed size)."""
+    """Bytes appended to a blob file (an oversized blob) are an error: the trailer no longer sits at
+    the end of the file, so verify and replay exit 2."""
     path = blob_path(corpus_copy, tensor_digest(corpus_copy, "verify", 0, 0, "x"))
     path.write_bytes(path.read_bytes() + b"appended")
     res = run_shell("verify", corpus_copy)

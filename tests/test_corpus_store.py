@@ -179,10 +179,17 @@ def test_inspect_reports_dedup(tiny_corpus, shell):
 
 
 # --- reads are checked and bounded -------------------------------------------------------------
+def _stored(frame: bytes) -> bytes:
+    """A zstd frame in the store's on-disk form: the frame, then the trailer with its blake3."""
+    from decoder_shell.corpus.blobs import TRAILER, TRAILER_MAGIC
+    import blake3
+    return frame + TRAILER.pack(TRAILER_MAGIC, 32, blake3.blake3(frame).digest())
+
+
 def test_get_checks_the_digest(tmp_path):
     store = BlobStore(tmp_path)
     d, _ = store.put(b"\x01" * 64)
-    other = zstandard.ZstdCompressor().compress(b"\x02" * 64)
+    other = _stored(zstandard.ZstdCompressor().compress(b"\x02" * 64))
     store.path(d).write_bytes(other)
     with pytest.raises(CorpusError, match="does not match its digest") as e:
         store.get(d, 64)
@@ -202,8 +209,8 @@ def test_get_without_content_size_short_frame(tmp_path):
     """A frame that does not declare its size and holds fewer bytes than the manifest says."""
     store = BlobStore(tmp_path)
     d, _ = store.put(b"\x01" * 64)
-    store.path(d).write_bytes(zstandard.ZstdCompressor(write_content_size=False).compress(b"\x01" * 60))
-    with pytest.raises(CorpusError, match="60 bytes"):
+    store.path(d).write_bytes(_stored(zstandard.ZstdCompressor(write_content_size=False).compress(b"\x01" * 60)))
+    with pytest.raises(CorpusError, match="does not declare its size"):
         store.get(d, 64)
 
 
@@ -264,11 +271,8 @@ def test_bomb_in_a_corpus_is_a_one_line_error(corpus_copy, shell):
 
 
 def test_huge_declared_size_without_content_size_is_an_error_not_a_crash(corpus_copy, shell):
-    """Bug: decoder_shell/corpus/blobs.py get() calls ZstdDecompressor().decompress(frame,
-    max_output_size=nbytes), which allocates nbytes up front when the frame does not declare its
-    content size. A corpus.json whose geometry says hidden=2**40 (manifest.MAX_ELEMENTS is defined
-    but never enforced) plus such a frame makes `shell verify` die with a MemoryError traceback
-    (exit 1) instead of a one-line corpus error (exit 2)."""
+    """A corpus.json declaring an absurd hidden size (2**40) with a frame that does not declare its
+    size is a one-line corpus error (exit 2): geometry bounds refuse it before any allocation."""
     h = 2 ** 40
     cj = json.loads((corpus_copy / "corpus.json").read_text())
     cj["geometry"]["hidden"] = h
@@ -296,10 +300,8 @@ def test_blob_symlink_out_of_the_corpus_is_refused(corpus_copy, tmp_path, shell)
 
 
 def test_manifest_symlink_out_of_the_corpus_is_refused(corpus_copy, tmp_path, shell):
-    """Bug: a blob symlinked out of the corpus is refused (blobs.py checks the resolved path), but
-    a manifest symlinked out of it is read (manifest.parse has no such check), although DESIGN 5
-    says a path that escapes the corpus is an error. Suggested fix: resolve the manifest path in
-    corpus/manifest.py parse() (or Corpus.manifest) and refuse one outside root/manifests."""
+    """A manifest symlinked out of the corpus is refused, like a symlinked blob (DESIGN 5: a path
+    that escapes the corpus is an error)."""
     path = corpus_copy / "manifests" / "verify" / "r0" / "0003-mhc_post_pre.json"
     outside = tmp_path / "m.json"
     outside.write_bytes(path.read_bytes())

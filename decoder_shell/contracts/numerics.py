@@ -62,6 +62,8 @@ def lane_sum(terms: np.ndarray, lanes: int = LANES) -> np.ndarray:
     Missing lanes (length not a multiple of `lanes`) contribute +0.0, which changes no bits: every
     lane accumulator starts at +0.0 and can never become -0.0.
     """
+    if lanes < 1 or lanes & (lanes - 1):
+        raise ValueError(f"lane count must be a power of two, not {lanes}")
     terms = np.asarray(terms, dtype=F32)
     n = terms.shape[-1]
     k = -(-n // lanes) if n else 0

@@ -1,13 +1,19 @@
 """Content-addressed blob store: blake3 of the raw bytes names the blob; zstd on disk; git-like shards.
 
-blobs/ab/abcdef...(64 hex).zst holds the zstd frame of the raw tensor bytes. A blob that exists is
-never rewritten (dedup across ranks, boundaries and captures); several writer processes may put the
-same blob at once because each write is an atomic rename of identical content.
+blobs/ab/abcdef...(64 hex).zst holds the zstd frame of the raw tensor bytes followed by a zstd
+skippable frame carrying the blake3 of the compressed frame. The raw digest proves the content; the
+stored digest proves every stored byte (zstd decoders ignore some header bits, so a changed byte
+could otherwise decode to the same content), and the trailer's fixed place makes appended bytes an
+error. A blob that exists is never rewritten (dedup across ranks, boundaries and captures); several
+writer processes may put the same blob at once because each write is an atomic rename of identical
+content. Reads are bounded by the size the manifest declares.
 """
 
 from __future__ import annotations
 
+import io
 import re
+import struct
 from pathlib import Path
 
 import blake3
@@ -18,10 +24,17 @@ from .atomic import write_atomic
 
 DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
 ZSTD_LEVEL = 3
+TRAILER_MAGIC = 0x184D2A5D  # a zstd skippable-frame magic number (0x184D2A50..5F)
+TRAILER = struct.Struct("<II32s")  # magic, payload size (32), blake3 of the compressed frame
 
 
 def digest_of(data: bytes) -> str:
     return blake3.blake3(data).hexdigest()
+
+
+def encode(data: bytes) -> bytes:
+    frame = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True).compress(data)
+    return frame + TRAILER.pack(TRAILER_MAGIC, 32, blake3.blake3(frame).digest())
 
 
 class BlobStore:
@@ -43,25 +56,42 @@ class BlobStore:
         p = self.path(digest)
         if p.exists():
             return digest, False
-        write_atomic(p, zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(data))
+        write_atomic(p, encode(data))
         return digest, True
 
     def get(self, digest: str, nbytes: int) -> bytes:
-        """Read a blob, bounded by the size its manifest declares, and check its digest."""
+        """Read a blob, bounded by the size its manifest declares, and check both digests."""
         p = self.path(digest)
         try:
-            frame = p.read_bytes()
+            size = p.stat().st_size
+            # a zstd frame never needs more than ~nbytes + 1/128 + headers; refuse anything far larger
+            if size > nbytes + nbytes // 64 + 4096 + TRAILER.size:
+                raise CorpusError(f"{p}: blob file is {size} bytes, too large for the {nbytes} bytes its manifest declares")
+            stored = p.read_bytes()
         except FileNotFoundError:
             raise CorpusError(f"{p}: blob is missing") from None
         except OSError as e:
             raise CorpusError(f"{p}: cannot read blob ({e.strerror})") from None
+        if len(stored) < TRAILER.size:
+            raise CorpusError(f"{p}: blob is truncated")
+        frame, trailer = stored[:-TRAILER.size], stored[-TRAILER.size:]
+        magic, length, frame_digest = TRAILER.unpack(trailer)
+        if magic != TRAILER_MAGIC or length != 32:
+            raise CorpusError(f"{p}: blob is truncated or has bytes after its end")
+        if blake3.blake3(frame).digest() != frame_digest:
+            raise CorpusError(f"{p}: stored blob bytes are corrupt (stored digest mismatch)")
         try:
             params = zstandard.get_frame_parameters(frame)
-            if params.content_size not in (zstandard.CONTENTSIZE_UNKNOWN, nbytes):
+            if params.content_size == zstandard.CONTENTSIZE_UNKNOWN:
+                raise CorpusError(f"{p}: blob frame does not declare its size")
+            if params.content_size != nbytes:
                 raise CorpusError(f"{p}: blob declares {params.content_size} bytes, manifest says {nbytes}")
-            data = zstandard.ZstdDecompressor().decompress(frame, max_output_size=nbytes)
+            reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(frame), read_across_frames=False)
+            data = reader.read(nbytes + 1)
         except zstandard.ZstdError as e:
             raise CorpusError(f"{p}: blob is corrupt or truncated ({e})") from None
+        except MemoryError:
+            raise CorpusError(f"{p}: blob is too large to read") from None
         if len(data) != nbytes:
             raise CorpusError(f"{p}: blob holds {len(data)} bytes, manifest says {nbytes}")
         if digest_of(data) != digest:

@@ -15,7 +15,6 @@ from ..geometry import Boundary, Geometry
 
 SCHEMA = 1
 DTYPES = {"bfloat16": BF16, "float32": F32}
-MAX_ELEMENTS = 1 << 31
 
 
 def dtype_of(name: str) -> np.dtype:

@@ -116,7 +116,10 @@ class Corpus:
         return m
 
     def manifest(self, b: Boundary, rank: int) -> mf.Manifest:
-        return mf.parse(mf.manifest_path(self.root, b, rank), b, rank, self.geometry)
+        p = mf.manifest_path(self.root, b, rank)
+        if (self.root / "manifests").resolve() not in p.resolve().parents:
+            raise CorpusError(f"{p}: manifest path escapes the corpus")
+        return mf.parse(p, b, rank, self.geometry)
 
     def manifests(self):
         """Every (rank, boundary) manifest in cycle order, validated."""
