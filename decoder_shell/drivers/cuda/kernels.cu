@@ -191,6 +191,71 @@ __device__ __forceinline__ float stream_value(const MhcArgs& a, int m, int k, in
   return bf2f(b);
 }
 
+// The lane's 4*Q stream values of row m on the fast path (D = Q*LANES), in the lane's element order
+// j = k*Q + q: x[m, d] (or its all-reduce, written to ar_out when `write`) and residual[m, :, d] are
+// loaded once per d = lane + q*LANES and give all 4 streams k; written to `streams` when `write`.
+template <int OP, bool FUSED, int Q>
+__device__ __forceinline__ void lane_streams(const MhcArgs& a, int m, int lane, bool write, float* sv) {
+#pragma unroll
+  for (int q = 0; q < Q; q++) {
+    const int d = lane + q * LANES;
+    const size_t xd = (size_t)m * a.D + d;
+    float x;
+    if (FUSED) {
+      x = ring_fold(a.peers, a.ring, (int)xd);
+      if (write) st(a.ar_out, xd, x, a.ring.is_bf16);
+    } else {
+      x = ld(a.x, xd, a.x_is_bf16);
+    }
+    float res[HC];
+    if (OP != OP_PRE) {
+      const bf16_t* rp = a.residual + (size_t)m * HC * a.D + d;
+#pragma unroll
+      for (int h = 0; h < HC; h++) res[h] = bf2f(rp[(size_t)h * a.D]);
+    }
+#pragma unroll
+    for (int k = 0; k < HC; k++) {
+      float v = x;
+      if (OP != OP_PRE) {
+        const float* cb = a.comb_in + m * HC * HC;
+        float mix = MUL(cb[0 * HC + k], res[0]);
+        mix = ADD(mix, MUL(cb[1 * HC + k], res[1]));
+        mix = ADD(mix, MUL(cb[2 * HC + k], res[2]));
+        mix = ADD(mix, MUL(cb[3 * HC + k], res[3]));
+        v = ADD(MUL(a.post_in[m * HC + k], x), mix);
+      }
+      const bf16_t b = f2bf(v);
+      if (write) a.streams[((size_t)m * HC + k) * a.D + d] = b;
+      sv[k * Q + q] = bf2f(b);
+    }
+  }
+}
+
+// Softmax over k, + eps, then the Sinkhorn normalizations (col, then (row, col) x (iters - 1)), for
+// the comb entry (j, k) this lane owns; the 16 lanes rowbase .. rowbase+15 of the warp hold one row's
+// 4x4 comb, and row/column sums gather their 4 values with shuffles and add them left to right.
+// Every lane of the warp must call it.
+__device__ __forceinline__ float sinkhorn_lane(float c, int j, int k, unsigned rowbase, float eps, int iters) {
+  float c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0), c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
+  float c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2), c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
+  const float mx = fmaxf(fmaxf(c0, c1), fmaxf(c2, c3));
+  c = pexp(SUB(c, mx));
+  c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0); c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
+  c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2); c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
+  c = ADD(DIV(c, ADD(ADD(ADD(c0, c1), c2), c3)), eps);
+#ifdef ABL_NO_SINKHORN
+  iters = 0;
+#endif
+  for (int it = 0; it < 2 * iters - 1; it++) {
+    const bool cols = (it & 1) == 0;
+    const unsigned b0 = cols ? rowbase + k : rowbase + j * 4, st = cols ? 4 : 1;
+    const float s0 = __shfl_sync(0xffffffffu, c, b0), s1 = __shfl_sync(0xffffffffu, c, b0 + st);
+    const float s2 = __shfl_sync(0xffffffffu, c, b0 + 2 * st), s3 = __shfl_sync(0xffffffffu, c, b0 + 3 * st);
+    c = DIV(c, ADD(ADD(ADD(ADD(s0, s1), s2), s3), eps));
+  }
+  return c;
+}
+
 // Sum of the 4 warps' values in adjacent-pair order ((w0+w1)+(w2+w3)).
 __device__ __forceinline__ float tree4(const float* w) { return ADD(ADD(w[0], w[1]), ADD(w[2], w[3])); }
 
@@ -242,44 +307,11 @@ __device__ void mhc_boundary(const MhcArgs& a) {
     float sv[RPB][HC * Q];  // stream values in the lane's element order j = k*Q + q
 #pragma unroll
     for (int r = 0; r < RPB; r++) {
-      const int m = row0 + r;
+      if (r < rows) {
+        lane_streams<OP, FUSED, Q>(a, row0 + r, lane, writer, sv[r]);
+      } else {
 #pragma unroll
-      for (int q = 0; q < Q; q++) {
-        if (r >= rows) {
-#pragma unroll
-          for (int k = 0; k < HC; k++) sv[r][k * Q + q] = 0.0f;
-          continue;
-        }
-        const int d = lane + q * LANES;
-        const size_t xd = (size_t)m * a.D + d;
-        float x;
-        if (FUSED) {
-          x = ring_fold(a.peers, a.ring, (int)xd);
-          if (writer) st(a.ar_out, xd, x, a.ring.is_bf16);
-        } else {
-          x = ld(a.x, xd, a.x_is_bf16);
-        }
-        float res[HC];
-        if (OP != OP_PRE) {
-          const bf16_t* rp = a.residual + (size_t)m * HC * a.D + d;
-#pragma unroll
-          for (int h = 0; h < HC; h++) res[h] = bf2f(rp[(size_t)h * a.D]);
-        }
-#pragma unroll
-        for (int k = 0; k < HC; k++) {
-          float v = x;
-          if (OP != OP_PRE) {
-            const float* cb = a.comb_in + m * HC * HC;
-            float mix = MUL(cb[0 * HC + k], res[0]);
-            mix = ADD(mix, MUL(cb[1 * HC + k], res[1]));
-            mix = ADD(mix, MUL(cb[2 * HC + k], res[2]));
-            mix = ADD(mix, MUL(cb[3 * HC + k], res[3]));
-            v = ADD(MUL(a.post_in[m * HC + k], x), mix);
-          }
-          const bf16_t b = f2bf(v);
-          if (writer) a.streams[((size_t)m * HC + k) * a.D + d] = b;
-          sv[r][k * Q + q] = bf2f(b);
-        }
+        for (int j = 0; j < HC * Q; j++) sv[r][j] = 0.0f;
       }
     }
 #pragma unroll
@@ -397,33 +429,11 @@ __device__ void mhc_boundary(const MhcArgs& a) {
       }
       for (int m0 = 0; m0 < a.M; m0 += SCALAR_ROWS) {
         const int mrows = min(SCALAR_ROWS, a.M - m0);
-        // Sinkhorn in registers: 16 lanes a row, lane (j, k) owns comb[j][k]; row and column sums
-        // gather the 4 values with warp shuffles and add them left to right.
         const int mr = t >> 4, j = (t >> 2) & 3, k = t & 3;
         const bool on = mr < mrows;
-        const unsigned rowbase = (t & 31) & ~15u;
-        float c = on ? ADD(MUL(mix_g[(m0 + mr) * NOUT + 2 * HC + j * HC + k], a.scale[2]), a.base[2 * HC + j * HC + k])
-                     : 0.0f;
-        {
-          float c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0), c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
-          float c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2), c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
-          float mx = fmaxf(fmaxf(c0, c1), fmaxf(c2, c3));
-          c = pexp(SUB(c, mx));
-          c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0); c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
-          c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2); c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
-          c = ADD(DIV(c, ADD(ADD(ADD(c0, c1), c2), c3)), a.hc_eps);
-        }
-#ifdef ABL_NO_SINKHORN
-        for (int it = 0; it < 0; it++) {
-#else
-        for (int it = 0; it < 2 * a.sinkhorn_iters - 1; it++) {
-#endif
-          const bool cols = (it & 1) == 0;  // col, then (row, col) x (iters - 1)
-          const unsigned b0 = cols ? rowbase + k : rowbase + j * 4, st = cols ? 4 : 1;
-          const float c0 = __shfl_sync(0xffffffffu, c, b0), c1 = __shfl_sync(0xffffffffu, c, b0 + st);
-          const float c2 = __shfl_sync(0xffffffffu, c, b0 + 2 * st), c3 = __shfl_sync(0xffffffffu, c, b0 + 3 * st);
-          c = DIV(c, ADD(ADD(ADD(ADD(c0, c1), c2), c3), a.hc_eps));
-        }
+        const float lg = on ? ADD(MUL(mix_g[(m0 + mr) * NOUT + 2 * HC + j * HC + k], a.scale[2]), a.base[2 * HC + j * HC + k])
+                            : 0.0f;
+        const float c = sinkhorn_lane(lg, j, k, (t & 31) & ~15u, a.hc_eps, a.sinkhorn_iters);
         if (on) a.comb_out[((m0 + mr) * HC + j) * HC + k] = c;
       }
     }
@@ -499,39 +509,7 @@ __device__ void mhc_cluster(const MhcArgs& a) {
     for (int o = 0; o < OPT; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + u * LANES);
 
   float sv[HC * Q];
-#pragma unroll
-  for (int q = 0; q < Q; q++) {
-    const int d = lane + q * LANES;
-    const size_t xd = (size_t)m * a.D + d;
-    float x;
-    if (FUSED) {
-      x = ring_fold(a.peers, a.ring, (int)xd);
-      if (half == 0) st(a.ar_out, xd, x, a.ring.is_bf16);
-    } else {
-      x = ld(a.x, xd, a.x_is_bf16);
-    }
-    float res[HC];
-    if (OP != OP_PRE) {
-      const bf16_t* rp = a.residual + (size_t)m * HC * a.D + d;
-#pragma unroll
-      for (int h = 0; h < HC; h++) res[h] = bf2f(rp[(size_t)h * a.D]);
-    }
-#pragma unroll
-    for (int k = 0; k < HC; k++) {
-      float v = x;
-      if (OP != OP_PRE) {
-        const float* cb = a.comb_in + m * HC * HC;
-        float mix = MUL(cb[0 * HC + k], res[0]);
-        mix = ADD(mix, MUL(cb[1 * HC + k], res[1]));
-        mix = ADD(mix, MUL(cb[2 * HC + k], res[2]));
-        mix = ADD(mix, MUL(cb[3 * HC + k], res[3]));
-        v = ADD(MUL(a.post_in[m * HC + k], x), mix);
-      }
-      const bf16_t b = f2bf(v);
-      if (half == 0) a.streams[((size_t)m * HC + k) * a.D + d] = b;
-      sv[k * Q + q] = bf2f(b);
-    }
-  }
+  lane_streams<OP, FUSED, Q>(a, m, lane, half == 0, sv);
 
   float acc[OPT + 1];
 #pragma unroll
@@ -596,28 +574,8 @@ __device__ void mhc_cluster(const MhcArgs& a) {
       if (t < HC) a.post_out[m * HC + t] = MUL(2.0f, psigmoid(ADD(MUL(mix_s[HC + t], a.scale[1]), a.base[HC + t])));
       if (t < 32) {
         const int j = (t >> 2) & 3, k = t & 3;
-        const unsigned rowbase = t & ~15u;
-        float c = ADD(MUL(mix_s[2 * HC + j * HC + k], a.scale[2]), a.base[2 * HC + j * HC + k]);
-        {
-          float c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0), c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
-          float c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2), c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
-          float mx = fmaxf(fmaxf(c0, c1), fmaxf(c2, c3));
-          c = pexp(SUB(c, mx));
-          c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0); c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
-          c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2); c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
-          c = ADD(DIV(c, ADD(ADD(ADD(c0, c1), c2), c3)), a.hc_eps);
-        }
-#ifdef ABL_NO_SINKHORN
-        for (int it = 0; it < 0; it++) {
-#else
-        for (int it = 0; it < 2 * a.sinkhorn_iters - 1; it++) {
-#endif
-          const bool cols = (it & 1) == 0;
-          const unsigned b0 = cols ? rowbase + k : rowbase + j * 4, st = cols ? 4 : 1;
-          const float c0 = __shfl_sync(0xffffffffu, c, b0), c1 = __shfl_sync(0xffffffffu, c, b0 + st);
-          const float c2 = __shfl_sync(0xffffffffu, c, b0 + 2 * st), c3 = __shfl_sync(0xffffffffu, c, b0 + 3 * st);
-          c = DIV(c, ADD(ADD(ADD(ADD(c0, c1), c2), c3), a.hc_eps));
-        }
+        const float lg = ADD(MUL(mix_s[2 * HC + j * HC + k], a.scale[2]), a.base[2 * HC + j * HC + k]);
+        const float c = sinkhorn_lane(lg, j, k, t & ~15u, a.hc_eps, a.sinkhorn_iters);
         if (t < 16) a.comb_out[(m * HC + j) * HC + k] = c;
       }
     }
