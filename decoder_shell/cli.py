@@ -58,7 +58,17 @@ def cmd_synth(args, console: Console) -> int:
 def cmd_verify(args, console: Console) -> int:
     from .corpus.verify import record_parity, verify
     c = open_corpus(args.corpus)
+    inference = None
+    if args.infer:
+        from .corpus.infer import infer_corpus
+        inference = infer_corpus(c)
+        if args.record and inference.found:
+            c.info.collective = {"contract": inference.contract.to_json(), "how": "inferred",
+                                 "inference": inference.to_json()}
+            c.save()
     rep = verify(c)
+    if inference is not None:
+        rep["inference"] = inference.to_json()
     if args.record:
         record_parity(c, rep)
     if args.json:
@@ -66,7 +76,9 @@ def cmd_verify(args, console: Console) -> int:
     else:
         from .replay.report_verify import render_verify
         render_verify(rep, console)
-    return 0 if rep["ok"] else 1
+        if inference is not None:
+            console.print(f"inferred collective contract: {inference.describe()}")
+    return 0 if rep["ok"] and (inference is None or inference.found) else 1
 
 
 # --- inspect -----------------------------------------------------------------------------------
@@ -122,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("corpus", nargs="?", default=DEFAULT_CORPUS)
     s.add_argument("--json", action="store_true")
     s.add_argument("--record", action="store_true", help="write the measured parity into corpus.json (rebase if inexact)")
+    s.add_argument("--infer", action="store_true",
+                   help="infer the collective contract from the captured all-reduces (with --record: store it)")
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("inspect", help="manifests, unique blobs, bytes and dedup ratio")

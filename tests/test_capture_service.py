@@ -214,6 +214,24 @@ def test_several_cycles_give_one_corpus_each(tp4_transformers, tmp_path):
     assert s["geometry"]["draft_rows"] == 0
 
 
+def test_wait_captures_live_traffic(tp2_shell, tmp_path):
+    proc = subprocess.Popen([*SHELL, "capture", "--from-service", tp2_shell.url, "--token-file",
+                             str(tp2_shell.token_file), "--out", str(tmp_path / "live"), "--wait", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while tp2_shell.get("/capture/status").get("state") != "pending":
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
+            time.sleep(0.05)
+        tp2_shell.request("POST", "/generate", {"prompt": "live traffic", "max_new_tokens": 8}, token=None)
+        stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    assert json.loads(stdout)["ok"]
+
+
 # --- failures --------------------------------------------------------------------------------
 def _one_line_error(r, code):
     assert r.returncode == code, (r.returncode, r.stdout, r.stderr)

@@ -84,3 +84,29 @@ def test_offsets_cover_every_residue_once(ranks):
 def test_no_collectives_is_a_clear_refusal():
     found = infer([])
     assert not found.found and "no collectives" in found.reason
+
+
+def test_verify_infer_record_stores_a_contract_that_makes_the_collectives_exact(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from decoder_shell.corpus.synth import synth
+    from decoder_shell.geometry import preset
+    out = tmp_path / "c"
+    synth(preset("tiny", tp=4), out, seed=3, contract=RingContract(2, 0, -1, -1, "hop"))
+    info = json.loads((out / "corpus.json").read_text())
+    info["collective"] = {"contract": RingContract().to_json(), "how": "guessed"}
+    (out / "corpus.json").write_text(json.dumps(info))
+
+    def verify(*flags):
+        r = subprocess.run([sys.executable, "-m", "decoder_shell.cli", "verify", str(out), "--json", *flags],
+                           capture_output=True, text=True, timeout=120)
+        return r.returncode, json.loads(r.stdout)
+
+    _, before = verify()
+    assert before["parity"]["allreduce"]["exact"] < before["parity"]["allreduce"]["boundaries"]
+    code, rep = verify("--infer", "--record")
+    assert code == 0 and rep["inference"]["found"]
+    assert rep["parity"]["allreduce"]["exact"] == rep["parity"]["allreduce"]["boundaries"]
+    assert json.loads((out / "corpus.json").read_text())["collective"]["how"] == "inferred"
