@@ -68,9 +68,12 @@ class ControlRoutes:
 
 def serve_request(handler: BaseHTTPRequestHandler, routes: ControlRoutes, method: str) -> None:
     """Answer one control request on an http.server handler (reads a bounded body)."""
-    n = int(handler.headers.get("Content-Length") or 0)
-    if n > MAX_BODY:
-        send_json(handler, 413, {"error": "request body too large"})
+    try:
+        n = int(handler.headers.get("Content-Length") or 0)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= MAX_BODY:
+        send_json(handler, 413 if n > 0 else 400, {"error": f"request body must be 0..{MAX_BODY} bytes"})
         return
     body = handler.rfile.read(n) if n > 0 else b""
     code, payload = routes.handle(method, handler.path, handler.client_address[0],

@@ -42,7 +42,7 @@ class Coordinator:
         return {"service": self.service, "ranks": self.plugin.world,
                 "pids": [hub.pids.get(r) for r in range(self.plugin.world)],
                 "geometry": self.geometry.to_json() if self.geometry else None,
-                "state": self.current["state"] if self.current else "idle"}
+                "state": self.current["state"] if self.current else "idle", "lost_ranks": sorted(self.lost)}
 
     def status(self) -> dict:
         with self.lock:

@@ -46,7 +46,7 @@ class Arm:
 
 
 @dataclass
-class Progress:
+class RankProgress:
     """One rank's account of an armed capture, sent to rank 0 as it goes."""
 
     capture: str
@@ -75,6 +75,7 @@ class CapturePlugin:
         self._cycle_index = 0
         self._active: _CycleCapture | None = None
         self._recorder: PhaseRecorder | None = None
+        self._progress: RankProgress | None = None
         self.coordinator = None
         self.link = None
         if rank == 0:
@@ -121,7 +122,7 @@ class CapturePlugin:
         elif msg.get("type") == "disarm" and self._arm is not None and self._arm.capture == msg.get("capture"):
             self._arm = None
 
-    def report(self, p: Progress) -> None:
+    def report(self, p: RankProgress) -> None:
         if self.rank == 0:
             self.coordinator.on_message(0, p.to_message())
         else:
@@ -137,10 +138,9 @@ class _CycleCapture:
         self.k = index - arm.start
         self.phases: dict[str, PhaseRecorder] = {}
         self.wanted = {p.name for p in arm.geometry.phases}
-        self.progress = getattr(plugin, "_progress", None)
-        if self.progress is None or self.progress.capture != arm.capture:
-            self.progress = Progress(arm.capture, plugin.rank, len(arm.geometry.boundaries()) * arm.cycles)
-            plugin._progress = self.progress
+        if plugin._progress is None or plugin._progress.capture != arm.capture:
+            plugin._progress = RankProgress(arm.capture, plugin.rank, len(arm.geometry.boundaries()) * arm.cycles)
+        self.progress = plugin._progress
 
     def __enter__(self):
         self.t0 = time.perf_counter()

@@ -59,7 +59,7 @@ def serve(opts) -> int:
     ctx = mp.get_context("fork" if forked else "spawn")
     if not forked:
         http.server_close()
-    ranks = [ctx.Process(target=rank_server.rank_main, args=(r, opts, http if r == 0 and forked else None),
+    ranks = [ctx.Process(target=rank_server.rank_main, args=(r, opts, http if forked else None),
                          name=f"reference-rank{r}") for r in range(opts.tp)]
     stop = {"signal": None}
 

@@ -31,7 +31,10 @@ GENERATE_TIMEOUT_S = 600
 
 
 def rank_main(rank: int, opts: ServeOptions, http_server=None) -> None:
-    """Entry point of a rank process (forked by the launcher; rank 0 inherits the bound HTTP socket)."""
+    """Entry point of a rank process (forked by the launcher; rank 0 serves the inherited HTTP socket)."""
+    if rank != 0 and http_server is not None:
+        http_server.server_close()  # only rank 0 answers HTTP
+        http_server = None
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher stops the ranks
     torch.set_num_threads(1)
