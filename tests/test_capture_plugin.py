@@ -1,6 +1,6 @@
-"""The plugin in two real gloo rank processes, with the explicit marker API (record_mhc), c10d and
-functional all-reduces: arming agrees on one cycle, disarmed cycles run no capture code, the corpus
-verifies bit-exact."""
+"""The plugin in two real gloo rank processes, with the explicit marker API (record_mhc) and three kinds
+of all-reduce (c10d, functional, an engine-registered custom op): arming agrees on one cycle, disarmed
+cycles run no capture code, the corpus verifies bit-exact."""
 
 import os
 import socket
@@ -57,17 +57,26 @@ def _toy_cycle(capture, rank, k, params, observe):
                 partial = _t(y) * float(rank + 1)
                 if s == 0:
                     out = fc.wait_tensor(fc.all_reduce(partial, "sum", dist.group.WORLD))
-                else:
-                    out = partial.clone()
-                    dist.all_reduce(out)
+                else:  # an op an engine registers itself, as vLLM does
+                    out = torch.ops.vllm.all_reduce(partial, "tp")
                 streams = mhc.mhc_post(to_numpy(out), streams, post, comb)
             fn, base, scale = params[2]
             y = mhc.mhc_head_collapse(streams, fn, base, scale[:1])
             capture.record_mhc("head", _t(streams), _t(fn), _t(base), _t(scale[:1]), _t(y))
 
 
+def _register_engine_op():
+    """An out-of-place all-reduce registered the way vLLM registers `vllm::all_reduce`."""
+    @torch.library.custom_op("vllm::all_reduce", mutates_args=())
+    def all_reduce(t: torch.Tensor, group_name: str) -> torch.Tensor:
+        out = t.clone()
+        dist.all_reduce(out)
+        return out
+
+
 def _rank(rank, port, run_dir, out, queue):
     torch.set_num_threads(1)
+    _register_engine_op()
     from decoder_shell import capture
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     plugin = capture.install(rank=rank, world=2, run_dir=run_dir, token_file=os.path.join(run_dir, "token"),
@@ -123,6 +132,9 @@ def test_marker_api_capture_verifies_bit_exact(toy_capture):
     assert status["start_cycle"] == 1  # armed before cycle 0: rank 0 arms every rank from the next cycle
     rep = verify(Corpus.open(out))
     assert rep["ok"] and rep["parity_exact"], rep
+    # the phase assembled: c10d, functional and vllm::all_reduce each recorded once (the custom op's inner
+    # c10d call was not recorded a second time), and nothing was passed over
+    assert not results[0][1]["ranks"]["0"]["skipped"]
     assert Corpus.open(out).info.collective["how"] == "inferred"
 
 
