@@ -91,7 +91,8 @@ class _Driver:
             try:
                 self.client.request("POST", "/generate", self.body, timeout=600)
             except ServiceUnreachable as e:
-                self.error = str(e)
+                self.error = (f"{self.client.base} has no /generate route (a plugin's own control endpoint?); "
+                              "pass --wait and send traffic to the service" if "HTTP 404" in str(e) else str(e))
                 return
 
 
