@@ -59,3 +59,36 @@ def test_switched_on_rank_0_serves_an_authenticated_loopback_endpoint(tmp_path):
 
 def test_a_process_without_a_rank_stays_uninstalled(tmp_path):
     assert _probe(tmp_path, DECODER_SHELL_CAPTURE="1", DECODER_SHELL_CAPTURE_DIR=str(tmp_path))["installed"] is False
+
+
+SERVE = r"""
+import os, sys, time
+from decoder_shell import capture
+capture.install()
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_shell_capture_against_a_bare_plugin_endpoint(tmp_path):
+    run = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DECODER_SHELL")}
+    env.update(RANK="0", WORLD_SIZE="1", DECODER_SHELL_CAPTURE_DIR=str(run),
+               DECODER_SHELL_CAPTURE_TOKEN_FILE=str(tmp_path / "token"))
+    svc = subprocess.Popen([sys.executable, "-c", SERVE], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        assert svc.stdout.readline().strip() == "ready"
+        url = json.loads((run / "control.json").read_text())["url"]
+        base = [sys.executable, "-m", "decoder_shell.cli", "capture", "--from-service", url,
+                "--token-file", str(tmp_path / "token"), "--out", str(tmp_path / "c")]
+        r = subprocess.run(base, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "declares no geometry" in r.stderr and "Traceback" not in r.stderr
+        r = subprocess.run([*base, "--preset", "tiny"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and "--wait" in r.stderr and "Traceback" not in r.stderr
+        r = subprocess.run([*base, "--preset", "tiny", "--wait", "--timeout", "1"], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 1 and "still pending" in r.stderr and "disarmed" in r.stderr
+    finally:
+        svc.kill()
+        svc.wait()
