@@ -8,7 +8,7 @@ import torch
 from ..contracts.numerics import BF16, F32
 
 _NUMPY = {torch.bfloat16: BF16, torch.float32: F32}
-_BITS = {torch.bfloat16: (torch.uint16, np.uint16), torch.float32: (torch.int32, np.int32)}
+_BITS = {torch.bfloat16: torch.uint16, torch.float32: torch.int32}  # same-width views that keep every bit
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -16,8 +16,7 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
     t = t.detach()
     if t.dtype not in _NUMPY:
         raise TypeError(f"capture records bfloat16 and float32 tensors, not {t.dtype}")
-    tbits, nbits = _BITS[t.dtype]
-    host = t.to("cpu", copy=True).contiguous().view(tbits)
+    host = t.to("cpu", copy=True).contiguous().view(_BITS[t.dtype])
     return host.numpy().view(_NUMPY[t.dtype])
 
 
@@ -32,6 +31,3 @@ def to_torch(a: np.ndarray, like: torch.Tensor | None = None) -> torch.Tensor:
         raise TypeError(f"expected bfloat16 or float32, not {a.dtype}")
     return t if like is None else t.to(like.device)
 
-
-def dtype_name(t: torch.Tensor) -> str:
-    return {torch.bfloat16: "bfloat16", torch.float32: "float32"}.get(t.dtype, str(t.dtype).replace("torch.", ""))
