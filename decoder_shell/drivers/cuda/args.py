@@ -27,6 +27,10 @@ class MhcArgs(C.Structure):
                 ("hc_eps", C.c_float), ("norm_eps", C.c_float)]
 
 
+class CopyArgs(C.Structure):
+    _fields_ = [("dst", u64 * 4), ("src", u64 * 4), ("nbytes", C.c_uint64 * 4), ("count", C.c_int)]
+
+
 def ring(contract: RingContract, n: int, ranks: int, is_bf16: bool) -> Ring:
     itemsize = 2 if is_bf16 else 4
     per = max(1, contract.max_chunk_bytes // itemsize) if contract.max_chunk_bytes else 0
@@ -36,11 +40,12 @@ def ring(contract: RingContract, n: int, ranks: int, is_bf16: bool) -> Ring:
 
 
 class Launch:
-    """One kernel launch: function, geometry and its by-value argument struct (kept alive here)."""
+    """One kernel launch: function, geometry, dynamic shared bytes and its by-value arguments (ctypes
+    objects, kept alive here because the launch's parameter array points into them)."""
 
-    def __init__(self, func, grid, block, args: C.Structure):
-        self.func, self.grid, self.block, self.args = func, grid, block, args
-        self.params = (C.c_void_p * 1)(C.addressof(args))
+    def __init__(self, func, grid, block, *args, shared: int = 0):
+        self.func, self.grid, self.block, self.args, self.shared = func, grid, block, args, shared
+        self.params = (C.c_void_p * max(1, len(args)))(*[C.addressof(x) for x in args])
 
     @property
     def params_ptr(self) -> int:

@@ -138,6 +138,19 @@ extern "C" __global__ void __launch_bounds__(256) allreduce_kernel(const ArArgs 
 
 extern "C" __global__ void empty_kernel() {}
 
+// The `copy` deletion bound: a command replaced by copies of its expected outputs (up to 4 tensors).
+struct CopyArgs {
+  unsigned char* dst[4];
+  const unsigned char* src[4];
+  unsigned long long nbytes[4];
+  int count;
+};
+extern "C" __global__ void copy_kernel(const CopyArgs a) {
+  for (int c = 0; c < a.count; c++)
+    for (unsigned long long i = blockIdx.x * blockDim.x + threadIdx.x; i < a.nbytes[c]; i += gridDim.x * blockDim.x)
+      a.dst[c][i] = a.src[c][i];
+}
+
 // ---- mHC boundary kernel -------------------------------------------------------------------------
 struct MhcArgs {
   const void* x;               // reduced sub-block output [M, D] (reduction dtype); unused when fused

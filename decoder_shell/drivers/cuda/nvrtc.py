@@ -21,6 +21,12 @@ def cache_dir() -> Path:
     return Path(base) / "cubin"
 
 
+def cuda_include_dirs() -> tuple[str, ...]:
+    """Where the toolkit's headers (cuda_bf16.h, ...) live, for user kernel sources that include them."""
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    return tuple(f"-I{r}/include" for r in roots if r and os.path.exists(os.path.join(r, "include", "cuda_bf16.h")))[:1]
+
+
 def compile_cubin(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernels.cu") -> bytes:
     """Compile CUDA C source to a cubin for `arch` (e.g. 'sm_90'); cached by hash of everything."""
     try:

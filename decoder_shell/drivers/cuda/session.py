@@ -20,7 +20,7 @@ from ...contracts.numerics import BF16, LANES
 from ...errors import UsageError
 from ..base import Session
 from . import args as A
-from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin
+from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin, cuda_include_dirs
 
 SOURCE = (Path(__file__).with_name("kernels.cu")).read_text()
 BLOCK = 128
@@ -32,6 +32,7 @@ OPNAME = {"mhc_pre": "OP_PRE", "mhc_post_pre": "OP_POST_PRE", "mhc_post_head": "
 VARIANTS = {
     "baseline": "the replay's own kernels: one-shot all-reduce node + mHC node (one row per block)",
     "delete": "no node at all (deletion-only upper bound; outputs stay poisoned)",
+    "copy": "a copy of the command's expected outputs instead of the command (deletion-only bound)",
     "fused-m2": "fixed-width mHC kernel, all 2 rows in one block (phase must have M=2)",
     "fused-m4": "fixed-width mHC kernel, all 4 rows in one block (phase must have M=4)",
     "fused-m8": "fixed-width mHC kernel, all 8 rows in one block (phase must have M=8)",
@@ -111,13 +112,15 @@ class CudaSession(Session):
                 m = cycle.geometry.phase(cmd.boundary.phase).rows
                 self.scratch[cmd.index] = work.take(4 * m * ((LANES // BLOCK) * (NOUT[cmd.op] + 1) + 4 + NOUT[cmd.op]))
                 self.sync[cmd.index] = work.take(8)
+        staging = Arena()  # expected outputs of `copy` commands (Session.set_expected)
+        self.staging = {bid: staging.take(cycle.buffers[bid].nbytes) for idx, v in self.variants.items()
+                        if v == "copy" for bid in cycle.commands[idx].outputs.values()}
+        self.peer_tables: dict = {}
         self.arenas = []
         for _ in range(R):
-            o = self.cu.cuMemAlloc(outs.size)
-            s = self.cu.cuMemAlloc(state.size)
-            w = self.cu.cuMemAlloc(work.size)
-            self.cu.cuMemsetD8(w, 0, work.size)
-            self.arenas.append((int(o), int(s), int(w)))
+            o, s, w, x = (self.cu.cuMemAlloc(max(a.size, ALIGN)) for a in (outs, state, work, staging))
+            self.cu.cuMemsetD8(w, 0, max(work.size, ALIGN))
+            self.arenas.append((int(o), int(s), int(w), int(x)))
         self.out_size = outs.size
         self.kinds = {b.id: b.kind for b in cycle.buffers}
         self._build_modules()
@@ -125,7 +128,7 @@ class CudaSession(Session):
 
     # --- addresses --------------------------------------------------------------------------
     def addr(self, rank: int, bid: int) -> int:
-        o, s, _ = self.arenas[rank]
+        o, s = self.arenas[rank][:2]
         return (o if self.kinds[bid] == "output" else s) + self.offsets[bid]
 
     def _work(self, rank: int, off: int) -> int:
@@ -138,14 +141,15 @@ class CudaSession(Session):
             raise UsageError(f"the cuda driver emulates at most {A.MAXR} ranks on one device (--tp {self.cycle.ranks})")
         for idx, v in self.variants.items():
             if not isinstance(v, str):
-                raise UsageError("the cuda driver runs built-in variants by name; kernel candidate specs "
-                                 "are not supported yet")
+                self._validate_user(idx, v)
+                continue
             if v not in VARIANTS:
                 raise UsageError(f"cuda driver has no implementation {v!r} (see `shell gate --list-candidates`)")
             if not 0 <= idx < len(cmds):
                 raise UsageError(f"no command {idx} in this cycle")
             op = cmds[idx].op
-            if op == "allreduce" and v not in ("baseline", "delete", "empty", "oneshot", "ring", "segmented-2", "segmented-4"):
+            if op == "allreduce" and v not in ("baseline", "delete", "copy", "empty", "oneshot", "ring", "segmented-2",
+                                               "segmented-4"):
                 raise UsageError(f"{v!r} is an mHC implementation; command {idx} is an all-reduce")
             if op != "allreduce" and v in ("oneshot", "ring", "segmented-2", "segmented-4"):
                 raise UsageError(f"{v!r} is an all-reduce implementation; command {idx} is {op}")
@@ -163,6 +167,15 @@ class CudaSession(Session):
                 if int(self.arch[3:]) < 90:
                     raise UsageError(f"{v} needs thread-block clusters (sm_90 or newer); this device is {self.arch}")
 
+    def _validate_user(self, idx: int, cand) -> None:
+        """A user kernel (replay.candidates.KernelCandidate): CUDA C source, cubin, fatbin or PTX."""
+        if not 0 <= idx < len(self.cycle.commands):
+            raise UsageError(f"no command {idx} in this cycle")
+        ok = {"source": ("cuda",), "binary": ("cubin", "fatbin", "ptx")}
+        if getattr(cand, "language", None) not in ok.get(getattr(cand, "kind", None), ()):
+            raise UsageError(f"{cand}: the cuda driver runs CUDA C sources and cubin/fatbin/PTX binaries, "
+                             f"not {getattr(cand, 'kind', '?')} {getattr(cand, 'language', '?')}")
+
     def _spec(self, cmd: Command) -> KernelSpec:
         v = self.variants.get(cmd.index, "baseline")
         rows = self.cycle.geometry.phase(cmd.boundary.phase).rows
@@ -178,7 +191,8 @@ class CudaSession(Session):
         specs = {}
         fma = set()
         for cmd in self.cycle.commands:
-            if cmd.op != "allreduce" and self.variants.get(cmd.index) not in ("delete", "empty"):
+            if cmd.op != "allreduce" and isinstance(self.variants.get(cmd.index, ""), str) \
+                    and self.variants.get(cmd.index) not in ("delete", "empty", "copy"):
                 sp = self._spec(cmd)
                 specs[sp.entry] = sp
                 if self.variants.get(cmd.index) == "fma":
@@ -186,7 +200,7 @@ class CudaSession(Session):
         src = SOURCE + "".join(sp.wrapper() for sp in specs.values())
         self.funcs = {}
         self.modules = []
-        for flags, names in ((EXACT_FLAGS, list(specs) + ["allreduce_kernel", "empty_kernel"]),
+        for flags, names in ((EXACT_FLAGS, list(specs) + ["allreduce_kernel", "empty_kernel", "copy_kernel"]),
                              (FMA_FLAGS, sorted(fma))):
             if not names:
                 continue
@@ -195,6 +209,19 @@ class CudaSession(Session):
             for n in names:
                 key = n if flags is EXACT_FLAGS else n + ":fma"
                 self.funcs[key] = self.cu.cuModuleGetFunction(mod, n.encode())
+        for cand in {id(v): v for v in self.variants.values() if not isinstance(v, str)}.values():
+            if cand.kind == "source":
+                image = compile_cubin(cand.code.decode(), self.arch, (*cand.options, *cuda_include_dirs()),
+                                      name=f"{cand.name}.cu")
+            else:
+                image = cand.code + (b"\0" if cand.language == "ptx" else b"")
+            mod = self.cu.cuModuleLoadData(image)
+            self.modules.append(mod)
+            self.funcs[self._user_key(cand)] = self.cu.cuModuleGetFunction(mod, cand.entry.encode())
+
+    @staticmethod
+    def _user_key(cand) -> str:
+        return f"user:{cand.digest}:{cand.entry}:{' '.join(cand.options)}"
 
     # --- launches ---------------------------------------------------------------------------
     def _ar_launch(self, cmd: Command, rank: int, mode: int, contract: RingContract, lo: int, hi: int) -> A.Launch:
@@ -246,13 +273,54 @@ class CudaSession(Session):
         grid = (LANES // BLOCK, NOUT[cmd.op] // OPG[cmd.op], -(-rows // sp.rows_per_block))
         return A.Launch(self.funcs[key], grid, (BLOCK, 1, 1), a)
 
+    def _user_launch(self, cmd: Command, rank: int, cand) -> A.Launch:
+        """Bind a user kernel's arguments: tensors of this rank (or every rank's, `peers:`), scalars, literals."""
+        g = self.cycle.geometry
+        scalars = {"rows": g.phase(cmd.boundary.phase).rows, "hidden": g.hidden, "hc": g.hc,
+                   "ranks": self.cycle.ranks, "rank": rank}
+        literal = {"i32": C.c_int32, "u32": C.c_uint32, "i64": C.c_int64, "u64": C.c_uint64, "f32": C.c_float}
+        values = []
+        for arg in cand.args:
+            if arg.kind in ("in", "param"):
+                values.append(C.c_uint64(self.addr(rank, cmd.inputs[arg.name])))
+            elif arg.kind == "out":
+                values.append(C.c_uint64(self.addr(rank, cmd.outputs[arg.name])))
+            elif arg.kind == "peers":
+                values.append(C.c_uint64(self._peer_table(cmd, arg.name)))
+            elif arg.kind == "scalar":
+                values.append(C.c_int32(scalars[arg.name]))
+            else:
+                values.append(literal[arg.kind](arg.value))
+        return A.Launch(self.funcs[self._user_key(cand)], cand.grid, cand.block, *values, shared=cand.shared_bytes)
+
+    def _peer_table(self, cmd: Command, tensor: str) -> int:
+        """A device array of every rank's address of one tensor of `cmd` (made once per command)."""
+        key = (cmd.index, tensor)
+        if key not in self.peer_tables:
+            bid = {**cmd.inputs, **cmd.outputs}[tensor]
+            table = np.array([self.addr(q, bid) for q in range(self.cycle.ranks)], dtype=np.uint64)
+            ptr = int(self.cu.cuMemAlloc(table.nbytes))
+            self.cu.cuMemcpyHtoD(ptr, table.ctypes.data, table.nbytes)
+            self.peer_tables[key] = ptr
+        return self.peer_tables[key]
+
+    def _copy_launch(self, cmd: Command, rank: int) -> A.Launch:
+        a = A.CopyArgs()
+        outs = list(cmd.outputs.values())
+        for c, bid in enumerate(outs):
+            a.dst[c] = self.addr(rank, bid)
+            a.src[c] = self.arenas[rank][3] + self.staging[bid]
+            a.nbytes[c] = self.cycle.buffers[bid].nbytes
+        a.count = len(outs)
+        return A.Launch(self.funcs["copy_kernel"], (64, 1, 1), (256, 1, 1), a)
+
     # --- graph ------------------------------------------------------------------------------
     def _add_kernel(self, launch: A.Launch, deps: list):
         p = self._cu_mod().CUDA_KERNEL_NODE_PARAMS()
         p.func = launch.func
         p.gridDimX, p.gridDimY, p.gridDimZ = launch.grid
         p.blockDimX, p.blockDimY, p.blockDimZ = launch.block
-        p.sharedMemBytes = 0
+        p.sharedMemBytes = launch.shared
         p.kernelParams = launch.params_ptr
         node = self.cu.cuGraphAddKernelNode(self.graph, deps, len(deps), p)
         self.launches.append(launch)
@@ -276,6 +344,14 @@ class CudaSession(Session):
         for cmd in cmds:
             v = self.variants.get(cmd.index, "baseline")
             if v == "delete" or cmd.index in fused_away:
+                continue
+            if not isinstance(v, str) or v == "copy":
+                new = []
+                for r in range(R):
+                    ln = self._copy_launch(cmd, r) if v == "copy" else self._user_launch(cmd, r, v)
+                    new.append(self._add_kernel(ln, list(last) if cmd.op == "allreduce" else [last[r]]))
+                    self.eager.append(ln)
+                last = new
                 continue
             if v == "empty":
                 new = []
@@ -346,8 +422,16 @@ class CudaSession(Session):
         self.cu.cuMemcpyDtoH(out.ctypes.data, self.addr(rank, buffer_id), out.nbytes)
         return out
 
+    def set_expected(self, rank, buffer_id, value):
+        """Expected output of a `copy` command (the gate hands these over before timing)."""
+        if buffer_id not in self.staging:
+            return
+        b = self.cycle.buffers[buffer_id]
+        a = np.ascontiguousarray(np.asarray(value, dtype=b.dtype).reshape(b.shape))
+        self.cu.cuMemcpyHtoD(self.arenas[rank][3] + self.staging[buffer_id], a.ctypes.data, a.nbytes)
+
     def poison(self):
-        for o, _, _ in self.arenas:
+        for o, *_ in self.arenas:
             self.cu.cuMemsetD8Async(o, 0xFF, self.out_size, self.stream)
         self.cu.cuStreamSynchronize(self.stream)
 
@@ -359,7 +443,7 @@ class CudaSession(Session):
             return [float(cu.cuEventElapsedTime(self.ev_start[r], self.ev_end[r])) for r in range(self.cycle.ranks)]
         cu.cuEventRecord(self.eager_start, self.stream)
         for ln in self.eager:
-            cu.cuLaunchKernel(ln.func, *ln.grid, *ln.block, 0, self.stream, ln.params_ptr, 0)
+            cu.cuLaunchKernel(ln.func, *ln.grid, *ln.block, ln.shared, self.stream, ln.params_ptr, 0)
         cu.cuEventRecord(self.eager_end, self.stream)
         cu.cuStreamSynchronize(self.stream)
         t = float(cu.cuEventElapsedTime(self.eager_start, self.eager_end))
@@ -382,6 +466,8 @@ class CudaSession(Session):
         for arena in self.arenas:
             for p in arena:
                 cu.cuMemFree(p)
+        for p in self.peer_tables.values():
+            cu.cuMemFree(p)
         for m in self.modules:
             cu.cuModuleUnload(m)
         cu.cuStreamDestroy(self.stream)
