@@ -225,7 +225,6 @@ class CudaSession(Session):
 
     # --- launches ---------------------------------------------------------------------------
     def _ar_launch(self, cmd: Command, rank: int, mode: int, contract: RingContract, lo: int, hi: int) -> A.Launch:
-        g = self.cycle.geometry
         R = self.cycle.ranks
         bx, bo = cmd.inputs["x"], cmd.outputs["out"]
         buf = self.cycle.buffers[bx]
