@@ -50,3 +50,32 @@ def test_shipped_corpus_replays_exact_on_gpu():
                         "--epochs", "20", "--changed", "4"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "20/20 graph epochs exact" in r.stdout and "4/4 changed epochs exact" in r.stdout
+
+
+@pytest.mark.gpu
+def test_one_process_per_rank_on_one_gpu_replays_exact():
+    """The multi-process path (IPC-mapped peers, epoch-tagged arrival slots) with both ranks of the
+    shipped corpus time-sharing one GPU: bit-exact over graph and changed epochs."""
+    _cuda()
+    r = subprocess.run([sys.executable, "-m", "decoder_shell.cli", "replay", str(ROOT / "corpus"), "--driver", "cuda",
+                        "--placement", "processes", "--epochs", "8", "--changed", "2"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "8/8 graph epochs exact" in r.stdout and "2/2 changed epochs exact" in r.stdout
+    assert "one process per rank" in r.stdout
+
+
+@pytest.mark.gpu
+def test_plain_edges_and_programmatic_edges_give_the_same_bits():
+    from decoder_shell.commands.program import build_cycle, reference
+    from decoder_shell.contracts.allreduce import RingContract
+    from decoder_shell.corpus.synth import injected_values
+    from decoder_shell.geometry import preset
+    from decoder_shell.replay.selfcheck import run_case
+    cyc = build_cycle(preset("dsv4-flash", tp=2, verify_rows=2, draft_rows=1), RingContract())
+    values = injected_values(cyc, 9)
+    want = reference(cyc, values)
+    for pdl in (True, False):
+        drv = get_driver("cuda", placement="emulated", pdl=pdl)
+        _, bad = run_case(drv, cyc, values, {}, want)
+        assert sum(bad.values()) == 0, (pdl, bad)

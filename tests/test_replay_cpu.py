@@ -312,6 +312,20 @@ def test_cuda_driver_without_a_gpu_is_exit_3():
 
 
 @pytest.mark.skipif(_has_nvidia_gpu(), reason="this machine has an NVIDIA GPU")
+def test_cuda_one_process_per_rank_without_a_gpu_is_exit_3():
+    line = assert_one_line_error(run_shell("replay", SHIPPED_CORPUS, "--driver", "cuda", "--placement", "processes",
+                                           "--epochs", "1"), 3)
+    assert "cuda" in line
+
+
+@pytest.mark.parametrize("driver", ["cpu", "level-zero"])
+def test_placement_is_a_cuda_option(driver):
+    line = assert_one_line_error(run_shell("replay", SHIPPED_CORPUS, "--driver", driver, "--placement", "processes",
+                                           "--epochs", "1"), 2)
+    assert "--placement" in line and "cuda" in line
+
+
+@pytest.mark.skipif(_has_nvidia_gpu(), reason="this machine has an NVIDIA GPU")
 def test_auto_driver_falls_back_to_cpu():
     res = run_shell("replay", SHIPPED_CORPUS, "--epochs", "1", "--json")
     assert res.returncode == 0, res.stderr

@@ -4,8 +4,8 @@ dsv4-flash geometry (D=4096, 43 layers: 86 sub-blocks + the embedding reduction 
 86 mHC boundaries per rank), TP ranks emulated on one GPU, verify rows M = 1, 2, 4, 8, no draft
 phase (the DESIGN.md 9 table's work). Every side runs the same cycle: per rank, each all-reduce sums
 the R partials, each boundary runs hc_post + hc_pre (transformers-style math on the torch side).
-Also measured: the launch floor (the same graph with every command an empty kernel) and the fused
-variants. All times: CUDA events, warm-up first, medians over epochs, slowest rank; ratios last.
+Also measured: the launch floor (the same graph with every command an empty kernel), the baseline
+without programmatic dependent launch (plain graph edges), and the fused variants. All times: CUDA events, warm-up first, medians over epochs, slowest rank; ratios last.
 
     python tools/bench_replay.py [--rows 1 2 4 8] [--tp 4] [--epochs 50] [--json out.json]
 """
@@ -155,9 +155,11 @@ def main():
     ap.add_argument("--tp", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=50)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--cluster", action="store_true", help="also the thread-block-cluster mHC variant")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    drv = get_driver("cuda")
+    drv = get_driver("cuda", placement="emulated")
+    plain = get_driver("cuda", placement="emulated", pdl=False)
     rows_out = []
     for m in args.rows:
         g = preset("dsv4-flash", tp=args.tp, verify_rows=m, draft_rows=0)
@@ -166,14 +168,16 @@ def main():
         t0 = time.time()
         expected = reference(cyc, values)
         mh = [c.index for c in cyc.commands if c.op != "allreduce"]
-        configs = {"shell baseline": {}, "shell fused-allreduce-mhc": {i: "fused-allreduce-mhc" for i in mh},
-                   "shell cluster": {i: "cluster" for i in mh}, "shell cluster-fused": {i: "cluster-fused" for i in mh}}
+        configs = {"shell baseline": (drv, {}), "shell baseline, plain edges (no PDL)": (plain, {}),
+                   "shell fused-allreduce-mhc": (drv, {i: "fused-allreduce-mhc" for i in mh})}
+        if args.cluster:
+            configs["shell cluster"] = (drv, {i: "cluster" for i in mh})
         if m in (2, 4, 8):
-            configs[f"shell fused-m{m}"] = {i: f"fused-m{m}" for i in mh}
-        configs["floor: empty kernels"] = {c.index: "empty" for c in cyc.commands}
+            configs[f"shell fused-m{m}"] = (drv, {i: f"fused-m{m}" for i in mh})
+        configs["floor: empty kernels"] = (drv, {c.index: "empty" for c in cyc.commands})
         row = {"M": m, "tp": args.tp, "commands_per_rank": len(cyc.commands)}
-        for name, v in configs.items():
-            med, bad, nodes = shell_times(drv, cyc, values, expected, v, args.epochs)
+        for name, (d, v) in configs.items():
+            med, bad, nodes = shell_times(d, cyc, values, expected, v, args.epochs)
             row[name] = {"ms": med, "mismatches": bad if "empty" not in name else None, "kernel_nodes": nodes}
         if not args.no_torch:
             eager, graph = torch_times(cyc, values)

@@ -32,7 +32,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    drv = get_driver("cuda")
+    drv = get_driver("cuda", placement="emulated")
     t0 = time.time()
     summary = self_check(drv, args.cases, args.seed)
     # the deliberately inexact build must be caught
@@ -46,7 +46,7 @@ def main():
     summary["failures"] = summary["failures"][:10]
     if args.json:
         args.json.write_text(json.dumps(summary, indent=1))
-    print(f"| check | value |\n|---|---|")
+    print("| check | value |\n|---|---|")
     for k in ("driver", "cases", "elements_compared", "mismatching_elements", "mismatches_by_op", "variants_used",
               "fma_variant_mismatches", "seconds"):
         print(f"| {k} | {summary[k]} |")

@@ -6,6 +6,8 @@ from ..errors import DriverUnavailable, UsageError
 from .base import Driver, Session
 
 NAMES = ("auto", "cpu", "cuda", "level-zero")
+#: Options only the cuda driver takes: where ranks run ("auto", "emulated", "processes") and PDL edges.
+CUDA_OPTIONS = ("placement", "pdl")
 
 
 def get_driver(name: str = "auto", **options) -> Driver:
@@ -15,9 +17,12 @@ def get_driver(name: str = "auto", **options) -> Driver:
     """
     if name not in NAMES:
         raise UsageError(f"unknown driver {name!r}; choose one of {', '.join(NAMES)}")
+    cuda_only = {k: options.pop(k) for k in CUDA_OPTIONS if k in options}  # other drivers ignore them
+    if name in ("cpu", "level-zero") and cuda_only.get("placement", "auto") != "auto":
+        raise UsageError(f"--placement is a cuda driver option (the {name} driver runs every rank in one process)")
     if name == "auto":
         try:
-            return get_driver("cuda", **options)
+            return get_driver("cuda", **options, **cuda_only)
         except DriverUnavailable:
             return get_driver("cpu", **options)
     if name == "cpu":
@@ -28,7 +33,7 @@ def get_driver(name: str = "auto", **options) -> Driver:
             from .cuda import CudaDriver
         except ImportError as e:
             raise DriverUnavailable(f"cuda driver unavailable: {e} (install the 'cuda' extra)") from None
-        return CudaDriver(**options)
+        return CudaDriver(**options, **cuda_only)
     try:
         from .level_zero import LevelZeroDriver
     except ImportError as e:

@@ -28,6 +28,8 @@ class Session(ABC):
     cycle: Cycle
     #: Whether this driver's times measure the device (False on cpu: gate verdicts say "not meaningful").
     timing_meaningful: bool = True
+    #: Why the times are not device cycle times, where they are not (shown next to them).
+    timing_note: str = "host numpy times, not device times"
 
     @abstractmethod
     def write(self, rank: int, buffer_id: int, value: np.ndarray) -> None:

@@ -52,6 +52,7 @@ class ReplayResult:
     timing_meaningful: bool
     settle: int
     epochs: list[EpochResult] = field(default_factory=list)
+    timing_note: str = ""
 
     def of(self, kind: str) -> list[EpochResult]:
         return [e for e in self.epochs if e.kind == kind]
@@ -69,7 +70,8 @@ class ReplayResult:
     def to_json(self) -> dict:
         return {"corpus": self.corpus, "driver": self.driver, "geometry": self.geometry,
                 "expected": self.expected, "commands_per_rank": self.commands_per_rank,
-                "timing_meaningful": self.timing_meaningful, "settle_epochs": self.settle,
+                "timing_meaningful": self.timing_meaningful, "timing_note": self.timing_note,
+                "settle_epochs": self.settle,
                 "exact": self.exact, "timing": self.timing(),
                 "summary": {k: {"epochs": len(self.of(k)), "exact": sum(e.exact for e in self.of(k))}
                             for k in ("graph", "changed")},
@@ -127,7 +129,8 @@ def replay(corpus: Corpus, driver: Driver, epochs: int = 70, changed: int = 0, s
     with driver.load(cycle) as session:
         result = ReplayResult(str(corpus.root), driver.describe(), corpus.geometry.to_json(),
                               "rebased" if rebased else "captured", len(cycle.commands),
-                              session.timing_meaningful, settle)
+                              session.timing_meaningful, settle,
+                              timing_note="" if session.timing_meaningful else session.timing_note)
         load_inputs(session, bound.injected)
         for e in range(settle + epochs):
             session.poison()

@@ -143,7 +143,8 @@ def run_gate(corpus: Corpus, driver: Driver, plan: Plan, cycle: Cycle | None = N
                 load_inputs(sessions[s], new)
                 _epoch(cycle, sessions[s], runs[s], want, "changed", k, False)
         timing_meaningful = bool(base.timing_meaningful and cand.timing_meaningful)
+        note = "" if timing_meaningful else (base.timing_note if not base.timing_meaningful else cand.timing_note)
     meta = {"corpus": str(corpus.root), "driver": driver.describe(), "geometry": corpus.geometry.to_json(),
             "expected": "rebased" if rebased else "captured", "commands_per_rank": len(cycle.commands),
-            "timing_meaningful": timing_meaningful}
+            "timing_meaningful": timing_meaningful, "timing_note": note}
     return build_verdict(meta, cycle, plan, settings, runs)

@@ -33,6 +33,8 @@ def register(sub) -> None:
     s.add_argument("--settle", type=int, default=3, help="untimed epochs per side before the timed ones (default 3)")
     s.add_argument("--seed", type=int, default=0, help="seed of the changed epochs' inputs")
     s.add_argument("--driver", default="auto", help="auto | cpu | cuda | level-zero")
+    s.add_argument("--placement", default="auto", choices=("auto", "emulated", "processes"),
+                   help="cuda: ranks emulated on one GPU, or one process per rank")
     s.add_argument("--json", action="store_true", help="print the verdict as JSON instead of the tables")
     s.add_argument("--out", type=Path, help="write the JSON verdict here")
     s.add_argument("--plot", type=Path, help="write a PNG of per-epoch, per-rank cycle times")
@@ -64,7 +66,7 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
     corpus = Corpus.open(Path(args.corpus))
     cycle, bound = prepare(corpus)
     plan = make_plan(cycle, args.candidate, args.delete, args.delete_mode)
-    driver = get_driver(args.driver)
+    driver = get_driver(args.driver, placement=args.placement)
     v = run_gate(corpus, driver, plan, cycle, bound, settings)
     if args.out:
         save_verdict(v, args.out)

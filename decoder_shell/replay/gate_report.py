@@ -49,7 +49,7 @@ def render_gate(v: dict, console: Console) -> None:
     console.print(f"saved ms/cycle at the slowest rank: median {_ms(sv['median'])}, conservative "
                   f"{_ms(sv['conservative'])} (candidate's slowest repetition vs baseline's fastest); "
                   f"threshold {s['threshold_ms']:.3f}"
-                  + ("" if v["timing_meaningful"] else " - host times, not meaningful"))
+                  + ("" if v["timing_meaningful"] else f" - {v.get('timing_note') or 'host times'}, not meaningful"))
     console.print(f"exactness: {v['exactness_verdict']}; time: {v['time_verdict']}")
     verdict = v["verdict"]
     console.print(verdict + (": " + "; ".join(v["reasons"]) if v["reasons"] else ""), style=_STYLE.get(verdict, "bold"))
@@ -100,7 +100,7 @@ def _exactness(v: dict, console: Console, ranks: int) -> None:
 
 
 def _timing(v: dict, console: Console, ranks: int) -> None:
-    note = "" if v["timing_meaningful"] else " - host numpy times, not device times"
+    note = "" if v["timing_meaningful"] else f" - {v.get('timing_note') or 'host numpy times, not device times'}"
     t = Table(title=f"time per cycle at the slowest rank, ms (graph epochs){note}")
     for c in ("side", "median", "p10", "p90", "repetition medians"):
         t.add_column(c, justify="left" if c in ("side", "repetition medians") else "right")

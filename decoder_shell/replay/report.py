@@ -39,7 +39,7 @@ def render_replay(result, console: Console) -> None:
         console.print("mismatching elements by op: " + ", ".join(f"{k}={v}" for k, v in sorted(bad_ops.items())))
     tm = result.timing()
     tt = Table(title=f"time per cycle, ms ({len(result.of('graph'))} graph epochs after {result.settle} settle)"
-               + ("" if result.timing_meaningful else " - host numpy times, not device times"))
+               + ("" if result.timing_meaningful else f" - {result.timing_note}"))
     for c in ("", "median", "p10", "p90"):
         tt.add_column(c, justify="right")
     for r, p in enumerate(tm["per_rank_ms"]):

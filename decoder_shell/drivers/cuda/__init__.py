@@ -1,23 +1,34 @@
 """The cuda driver: cuda-python driver API only (no torch in the replay path), NVRTC kernels,
-fixed-address buffers, graphs built node by node, its own all-reduce (DESIGN.md 6)."""
+fixed-address buffers, graphs built node by node, its own all-reduce (DESIGN.md 6).
+
+Ranks are emulated on one device, or run one process per rank (drivers/cuda/processes.py);
+placement "auto" picks processes when the host has a GPU for every rank.
+"""
 
 from __future__ import annotations
 
+from ...errors import DriverUnavailable, UsageError
 from ..base import Driver
 from . import api
 from .session import VARIANTS, CudaSession
+
+PLACEMENTS = ("auto", "emulated", "processes")
 
 
 class CudaDriver(Driver):
     name = "cuda"
 
-    def __init__(self, device: int = 0):
+    def __init__(self, device: int = 0, placement: str = "auto", pdl: bool = True):
+        if placement not in PLACEMENTS:
+            raise UsageError(f"unknown placement {placement!r}; choose one of {', '.join(PLACEMENTS)}")
         raw = api.load()
         self.cu = api.Checked(raw)
         n = self.cu.cuDeviceGetCount()
         if not 0 <= device < n:
-            from ...errors import DriverUnavailable
             raise DriverUnavailable(f"cuda driver unavailable: no device {device} ({n} present)")
+        self.device_count = n
+        self.device_index = device
+        self.placement, self.pdl = placement, pdl
         self.device = self.cu.cuDeviceGet(device)
         attr = raw.CUdevice_attribute
         major = self.cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.device)
@@ -27,16 +38,32 @@ class CudaDriver(Driver):
         self.gpu = (name.decode() if isinstance(name, bytes) else str(name)).split("\x00")[0].strip()
         self.ctx = self.cu.cuDevicePrimaryCtxRetain(self.device)
         self.cu.cuCtxSetCurrent(self.ctx)
+        self._last = "emulated"
 
-    def load(self, cycle, variants=None) -> CudaSession:
+    def placement_for(self, ranks: int) -> str:
+        if self.placement != "auto":
+            return self.placement
+        return "processes" if ranks > 1 and self.device_count >= ranks else "emulated"
+
+    def load(self, cycle, variants=None):
+        self._last = self.placement_for(cycle.ranks)
+        if self._last == "processes":
+            from .processes import ProcessSession
+            devices = [(self.device_index + r) % self.device_count for r in range(cycle.ranks)]
+            self._devices = devices
+            return ProcessSession(devices, cycle, variants, pdl=self.pdl)
         self.cu.cuCtxSetCurrent(self.ctx)
-        return CudaSession(self, cycle, variants)
+        return CudaSession(self, cycle, variants, pdl=self.pdl)
 
     def available_variants(self) -> dict:
         return dict(VARIANTS)
 
     def describe(self) -> str:
+        if self._last == "processes":
+            used = sorted(set(self._devices))
+            shared = " (ranks share devices)" if len(used) < len(self._devices) else ""
+            return f"cuda ({self.gpu}, {self.arch}, one process per rank on devices {used}{shared})"
         return f"cuda ({self.gpu}, {self.arch}, emulated ranks on one device)"
 
 
-__all__ = ["CudaDriver"]
+__all__ = ["CudaDriver", "PLACEMENTS"]

@@ -16,7 +16,8 @@ class Ring(C.Structure):
 
 class ArArgs(C.Structure):
     _fields_ = [("inp", u64 * MAXR), ("out", u64 * MAXR), ("ring", Ring),
-                ("rank", C.c_int), ("lo", C.c_int), ("hi", C.c_int), ("mode", C.c_int)]
+                ("rank", C.c_int), ("lo", C.c_int), ("hi", C.c_int), ("mode", C.c_int),
+                ("flag_out", u64 * MAXR), ("flag_in", u64), ("epoch", u64)]
 
 
 class MhcArgs(C.Structure):
@@ -43,8 +44,9 @@ class Launch:
     """One kernel launch: function, geometry, dynamic shared bytes and its by-value arguments (ctypes
     objects, kept alive here because the launch's parameter array points into them)."""
 
-    def __init__(self, func, grid, block, *args, shared: int = 0):
+    def __init__(self, func, grid, block, *args, shared: int = 0, pdl: bool = False):
         self.func, self.grid, self.block, self.args, self.shared = func, grid, block, args, shared
+        self.pdl = pdl  # the kernel waits (griddepcontrol.wait) before it reads what predecessors wrote
         self.params = (C.c_void_p * max(1, len(args)))(*[C.addressof(x) for x in args])
 
     @property

@@ -36,6 +36,34 @@ __device__ __forceinline__ bf16_t f2bf(float f) {
 __device__ __forceinline__ float bf2f(bf16_t b) { return __uint_as_float(((unsigned)b) << 16); }
 __device__ __forceinline__ float round_bf(float f) { return bf2f(f2bf(f)); }
 
+// ---- ordering ------------------------------------------------------------------------------------
+// Programmatic dependent launch (sm_90+): a kernel may start while its predecessor finishes;
+// pdl_wait() returns once the predecessors completed and their writes are visible (a no-op on
+// ordinary graph edges), pdl_trigger() lets the successor start its own prologue.
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ u64 ld_acquire(const u64* p) {
+  u64 v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ u64 ld_acquire_sys(const u64* p) {
+  u64 v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_sys(u64* p, u64 v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
+}
+
 // ---- portable exp (numerics.pexp) ----------------------------------------------------------------
 __device__ __forceinline__ float pexp(float x) {
   x = fmaxf(fminf(x, 88.0f), -87.0f);
@@ -116,11 +144,34 @@ struct ArArgs {
   int rank;               // whose output this launch writes
   int lo, hi;             // element range of this launch (a segment, or everything)
   int mode;               // 0: fold everything; 1: fold owned chunks only; 2: gather peers' chunks
+  u64* flag_out[MAXR];    // one process per rank: this rank's arrival slot in every rank's memory
+  const u64* flag_in;     // ... and the ranks' arrival slots in this rank's memory (null: emulated ranks)
+  const u64* epoch;       // this rank's epoch counter: the tag its arrivals carry
 };
+
+// Arrival at a collective, one process per rank: block 0 writes the epoch into its slot in every
+// rank's memory (pushed, so that waiting polls local memory), then every block waits until each
+// rank's slot holds at least this epoch. Slots are 64-bit and only grow: one per (collective, rank),
+// tagged with the epoch, so no arrival from another epoch or collective can be mistaken for this one.
+__device__ __forceinline__ void arrive_and_wait(const ArArgs& a) {
+  if (threadIdx.x == 0) {
+    const u64 e = *a.epoch;
+    if (blockIdx.x == 0) {
+      __threadfence_system();
+      for (int q = 0; q < a.ring.ranks; q++) st_release_sys(a.flag_out[q], e);
+    }
+    for (int q = 0; q < a.ring.ranks; q++)
+      while (ld_acquire_sys(a.flag_in + q) < e) {}
+  }
+  __syncthreads();
+}
 
 // One-shot all-reduce: this rank reads every peer's input in the contract's fixed order.
 // mode 1/2 split it into a reduce-scatter and an all-gather step (the ring's structure).
 extern "C" __global__ void __launch_bounds__(256) allreduce_kernel(const ArArgs a) {
+  pdl_wait();
+  if (a.flag_in) arrive_and_wait(a);
+  pdl_trigger();
   for (int e = a.lo + blockIdx.x * blockDim.x + threadIdx.x; e < a.hi; e += gridDim.x * blockDim.x) {
     if (a.mode == 0) {
       st(a.out[a.rank], e, ring_fold(a.in, a.ring, e), a.ring.is_bf16);
@@ -135,6 +186,9 @@ extern "C" __global__ void __launch_bounds__(256) allreduce_kernel(const ArArgs 
     }
   }
 }
+
+// Head of a rank's cycle when ranks are processes: the epoch its arrivals are tagged with.
+extern "C" __global__ void epoch_kernel(u64* epoch) { *epoch += 1; }
 
 extern "C" __global__ void empty_kernel() {}
 
@@ -167,8 +221,8 @@ struct MhcArgs {
   bf16_t* y;                   // [M, D]
   float* post_out;             // [M, HC]
   float* comb_out;             // [M, HC, HC]
-  float* scratch;              // [M][nbx][NOUT+1] block partials, then [M][HC] pre
-  unsigned* sync;              // [0]: arrivals, [1]: generation
+  float* scratch;              // [M][nbx][NOUT+1] block partials, then [M][NOUT] mixes
+  u64* sync;                   // arrivals: 64-bit, monotonic over launches (never reset, never wraps)
   int M, D, x_is_bf16, sinkhorn_iters;
   float hc_eps, norm_eps;
 };
@@ -273,21 +327,24 @@ __device__ __forceinline__ float sinkhorn_lane(float c, int j, int k, unsigned r
 __device__ __forceinline__ float tree4(const float* w) { return ADD(ADD(w[0], w[1]), ADD(w[2], w[3])); }
 
 // Grid: x = LANES / BLOCK lane groups, y = NOUT / OPG output groups, z = ceil(M / RPB) row groups.
-// Every block: the stream values of its lanes (output group 0 writes them), lane partial sums of
-// its OPG outputs (group 0 also the sum of squares), U iterations' loads in flight at once, then
-// the block tree. The last block to arrive: cross-block tree, rsqrt, split, Sinkhorn, post/comb
-// outputs, pre (pre first: the others are released to collapse while the Sinkhorn runs). Then
-// every block collapses its slice of y. Blocks that wait have already arrived
-// and the last arrival is running, so the wait cannot deadlock.
+// Every block: its share of the projection weights fn is requested before the kernel waits for the
+// preceding kernels (programmatic dependent launch: the weight stream overlaps their tail), then the
+// stream values of its lanes (output group 0 writes them), lane partial sums of its OPG outputs
+// (group 0 also the sum of squares), the block tree, and one arrival on a 64-bit monotonic counter.
+// Blocks of other output groups are then done. Output-group-0 blocks wait for every arrival, finish
+// the cross-block tree for pre of their own rows and collapse y from the stream values they hold;
+// block 0 also computes every row's mixes, post and the Sinkhorn comb. Waiting blocks are resident
+// (they started) and every block arrives without waiting, so the wait cannot deadlock.
 // Q > 0 is the fast path for D = Q * LANES: a lane's elements i = lane + j*LANES then have
 // d = lane + (j mod Q)*LANES and k = j / Q, so each x[m, d] (or its all-reduce) and residual[m, :, d]
-// is loaded once and gives the lane's 4 stream values k = 0..3; they are kept in registers.
+// is loaded once and gives the lane's 4 stream values k = 0..3; they stay in registers for the collapse.
 template <int NOUT, int OPG, int RPB, int OP, bool FUSED, int Q>
 __device__ void mhc_boundary(const MhcArgs& a) {
   constexpr int U = RPB <= 2 ? 8 : (RPB <= 4 ? 4 : 2);
+  constexpr int NSV = Q > 0 ? HC * Q : 1;
   __shared__ float warp_part[RPB][OPG + 1][BLOCK / 32];
-  __shared__ unsigned gen_s;
-  __shared__ int last_s;
+  __shared__ float pre_s[RPB][HC];
+  __shared__ u64 target_s;
 
   const int nbx = gridDim.x;
   const int N = HC * a.D;
@@ -298,35 +355,32 @@ __device__ void mhc_boundary(const MhcArgs& a) {
   const int row0 = blockIdx.z * RPB;
   const int rows = min(RPB, a.M - row0);
   const int nblocks = gridDim.x * gridDim.y * gridDim.z;
-
-  if (t == 0) gen_s = *(volatile unsigned*)&a.sync[1];
+  const bool leader = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
 
   float acc[RPB][OPG + 1];
 #pragma unroll
   for (int r = 0; r < RPB; r++)
 #pragma unroll
     for (int o = 0; o <= OPG; o++) acc[r][o] = 0.0f;
+  float sv[RPB][NSV];  // fast path: stream values in the lane's element order j = k*Q + q
+#pragma unroll
+  for (int r = 0; r < RPB; r++)
+#pragma unroll
+    for (int j = 0; j < NSV; j++) sv[r][j] = 0.0f;
 
-#ifndef ABL_NO_MAIN
   if constexpr (Q > 0) {
     constexpr int UF = (16 / RPB) < HC * Q ? (16 / RPB) : HC * Q;  // fn loads in flight: UF lane steps
     float f[UF][OPG];
-    // the first round of fn loads goes out before the stream values are computed, so the weight
-    // stream from memory overlaps the loads of x, residual and the all-reduce inputs
 #pragma unroll
     for (int u = 0; u < UF; u++)
 #pragma unroll
       for (int o = 0; o < OPG; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + u * LANES);
-    float sv[RPB][HC * Q];  // stream values in the lane's element order j = k*Q + q
+    pdl_wait();
+    pdl_trigger();
+#ifndef ABL_NO_MAIN
 #pragma unroll
-    for (int r = 0; r < RPB; r++) {
-      if (r < rows) {
-        lane_streams<OP, FUSED, Q>(a, row0 + r, lane, writer, sv[r]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < HC * Q; j++) sv[r][j] = 0.0f;
-      }
-    }
+    for (int r = 0; r < RPB; r++)
+      if (r < rows) lane_streams<OP, FUSED, Q>(a, row0 + r, lane, writer, sv[r]);
 #pragma unroll
     for (int j0 = 0; j0 < HC * Q; j0 += UF) {
       if (j0 > 0) {
@@ -347,37 +401,41 @@ __device__ void mhc_boundary(const MhcArgs& a) {
             for (int o = 0; o < OPG; o++) acc[r][o + 1] = ADD(acc[r][o + 1], MUL(sq, f[u][o]));
           }
     }
+#endif
   } else {
+    pdl_wait();
+    pdl_trigger();
+#ifndef ABL_NO_MAIN
     for (int i0 = lane; i0 < N; i0 += U * LANES) {
       float f[U][OPG];
-      float sv[U][RPB];
-  #pragma unroll
+      float s[U][RPB];
+#pragma unroll
       for (int u = 0; u < U; u++) {
         const int i = i0 + u * LANES;
         if (i < N) {
-  #pragma unroll
+#pragma unroll
           for (int o = 0; o < OPG; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + i);
           const int k = i / a.D, d = i - k * a.D;
-  #pragma unroll
-          for (int r = 0; r < RPB; r++) sv[u][r] = r < rows ? stream_value<OP, FUSED>(a, row0 + r, k, d, writer) : 0.0f;
+#pragma unroll
+          for (int r = 0; r < RPB; r++) s[u][r] = r < rows ? stream_value<OP, FUSED>(a, row0 + r, k, d, writer) : 0.0f;
         }
       }
-  #pragma unroll
+#pragma unroll
       for (int u = 0; u < U; u++) {
         if (i0 + u * LANES < N) {
-  #pragma unroll
+#pragma unroll
           for (int r = 0; r < RPB; r++) {
-            const float s = sv[u][r];
-            acc[r][0] = ADD(acc[r][0], MUL(s, s));
-  #pragma unroll
-            for (int o = 0; o < OPG; o++) acc[r][o + 1] = ADD(acc[r][o + 1], MUL(s, f[u][o]));
+            const float v = s[u][r];
+            acc[r][0] = ADD(acc[r][0], MUL(v, v));
+#pragma unroll
+            for (int o = 0; o < OPG; o++) acc[r][o + 1] = ADD(acc[r][o + 1], MUL(v, f[u][o]));
           }
         }
       }
     }
+#endif
   }
 
-#endif
   // lane tree inside the warp (adjacent pairs), then across the block's 4 warps
 #pragma unroll
   for (int r = 0; r < RPB; r++)
@@ -397,84 +455,88 @@ __device__ void mhc_boundary(const MhcArgs& a) {
   }
   __threadfence();
   __syncthreads();
-  if (t == 0) last_s = atomicAdd(&a.sync[0], 1u) == (unsigned)(nblocks - 1);
+  if (t == 0) {
+    const u64 old = atomicAdd(a.sync, 1ull);
+    target_s = (old / nblocks + 1) * nblocks;  // this launch's arrivals all counted
+  }
+  if (!writer) return;
   __syncthreads();
-
-  float* pre_g = a.scratch + (size_t)a.M * nbx * (NOUT + 1);
-  float* mix_g = pre_g + a.M * HC;
-  if (last_s) {
-    __threadfence();
-    // 1. cross-block tree and rsqrt (one thread per row and output), then pre: all the other blocks
-    //    need for the collapse, so they are released before the Sinkhorn runs
-    for (int q = t; q < a.M * NOUT; q += BLOCK) {
-      const int m = q / NOUT, o = q - m * NOUT;
-      const float* p = a.scratch + (size_t)m * nbx * (NOUT + 1);
-      float v[LANES / BLOCK], ss[LANES / BLOCK];
-#pragma unroll
-      for (int b = 0; b < LANES / BLOCK; b++) {
-        v[b] = __ldcg(p + b * (NOUT + 1) + o + 1);
-        ss[b] = __ldcg(p + b * (NOUT + 1));
-      }
-#pragma unroll
-      for (int step = 1; step < LANES / BLOCK; step <<= 1)
-#pragma unroll
-        for (int b = 0; b < LANES / BLOCK; b += 2 * step) {
-          v[b] = ADD(v[b], v[b + step]);
-          ss[b] = ADD(ss[b], ss[b + step]);
-        }
-      const float rs = DIV(1.0f, SQRT(ADD(DIV(ss[0], (float)N), a.norm_eps)));
-      const float mix = MUL(v[0], rs);
-      mix_g[q] = mix;
-      if (o < HC) pre_g[m * HC + o] = ADD(psigmoid(ADD(MUL(mix, a.scale[0]), a.base[o])), a.hc_eps);
-    }
-    __threadfence();
-    __syncthreads();
-    if (t == 0) {
-      atomicExch(&a.sync[0], 0u);
-      __threadfence();
-      atomicAdd(&a.sync[1], 1u);
-    }
-    // 2. post and comb for the next boundary, while the other blocks collapse
-    if (OP != OP_POST_HEAD) {
-      for (int q = t; q < a.M * HC; q += BLOCK) {
-        const int m = q / HC, h = q - m * HC;
-        a.post_out[q] = MUL(2.0f, psigmoid(ADD(MUL(mix_g[m * NOUT + HC + h], a.scale[1]), a.base[HC + h])));
-      }
-      for (int m0 = 0; m0 < a.M; m0 += SCALAR_ROWS) {
-        const int mrows = min(SCALAR_ROWS, a.M - m0);
-        const int mr = t >> 4, j = (t >> 2) & 3, k = t & 3;
-        const bool on = mr < mrows;
-        const float lg = on ? ADD(MUL(mix_g[(m0 + mr) * NOUT + 2 * HC + j * HC + k], a.scale[2]), a.base[2 * HC + j * HC + k])
-                            : 0.0f;
-        const float c = sinkhorn_lane(lg, j, k, (t & 31) & ~15u, a.hc_eps, a.sinkhorn_iters);
-        if (on) a.comb_out[((m0 + mr) * HC + j) * HC + k] = c;
-      }
-    }
-  } else {
-    if (t == 0) {
-      while (*(volatile unsigned*)&a.sync[1] == gen_s) { __nanosleep(20); }
-      __threadfence();
-    }
+  if (t == 0) {
+    while (ld_acquire(a.sync) < target_s) {}
   }
   __syncthreads();
 
-#ifdef ABL_NO_COLLAPSE
-  return;
+  // cross-block tree and rsqrt: pre for this block's rows; block 0: every row's mixes (for post/comb)
+  float* mix_g = a.scratch + (size_t)a.M * nbx * (NOUT + 1);
+  const int nq = leader ? a.M * NOUT : rows * HC;
+  for (int q = t; q < nq; q += BLOCK) {
+    const int m = leader ? q / NOUT : row0 + q / HC;
+    const int o = leader ? q - (q / NOUT) * NOUT : q % HC;
+    const float* p = a.scratch + (size_t)m * nbx * (NOUT + 1);
+    float v[LANES / BLOCK], ss[LANES / BLOCK];
+#pragma unroll
+    for (int b = 0; b < LANES / BLOCK; b++) {
+      v[b] = __ldcg(p + b * (NOUT + 1) + o + 1);
+      ss[b] = __ldcg(p + b * (NOUT + 1));
+    }
+#pragma unroll
+    for (int step = 1; step < LANES / BLOCK; step <<= 1)
+#pragma unroll
+      for (int b = 0; b < LANES / BLOCK; b += 2 * step) {
+        v[b] = ADD(v[b], v[b + step]);
+        ss[b] = ADD(ss[b], ss[b + step]);
+      }
+    const float rs = DIV(1.0f, SQRT(ADD(DIV(ss[0], (float)N), a.norm_eps)));
+    const float mix = MUL(v[0], rs);
+    if (leader) mix_g[q] = mix;
+    if (o < HC && m >= row0 && m < row0 + rows) pre_s[m - row0][o] = ADD(psigmoid(ADD(MUL(mix, a.scale[0]), a.base[o])), a.hc_eps);
+  }
+  __syncthreads();
+
+#ifndef ABL_NO_COLLAPSE
+  // collapse: y[m, d] = ((p0*s0 + p1*s1) + p2*s2) + p3*s3
+  if constexpr (Q > 0) {
+#pragma unroll
+    for (int r = 0; r < RPB; r++)
+      if (r < rows)
+#pragma unroll
+        for (int q = 0; q < Q; q++) {
+          float v = MUL(pre_s[r][0], sv[r][q]);
+          v = ADD(v, MUL(pre_s[r][1], sv[r][Q + q]));
+          v = ADD(v, MUL(pre_s[r][2], sv[r][2 * Q + q]));
+          v = ADD(v, MUL(pre_s[r][3], sv[r][3 * Q + q]));
+          a.y[(size_t)(row0 + r) * a.D + lane + q * LANES] = f2bf(v);
+        }
+  } else {
+    const int per = (a.D + nbx - 1) / nbx, d0 = blockIdx.x * per, d1 = min(a.D, d0 + per);
+    for (int q = t; q < rows * per; q += BLOCK) {
+      const int r = q / per, d = d0 + q - r * per;
+      if (d >= d1) continue;
+      const bf16_t* sm = a.streams + (size_t)(row0 + r) * HC * a.D;
+      float v = MUL(pre_s[r][0], bf2f(__ldcg(sm + d)));
+      v = ADD(v, MUL(pre_s[r][1], bf2f(__ldcg(sm + a.D + d))));
+      v = ADD(v, MUL(pre_s[r][2], bf2f(__ldcg(sm + 2 * a.D + d))));
+      v = ADD(v, MUL(pre_s[r][3], bf2f(__ldcg(sm + 3 * a.D + d))));
+      a.y[(size_t)(row0 + r) * a.D + d] = f2bf(v);
+    }
+  }
 #endif
-  // collapse: y[m, d] = ((p0*s0 + p1*s1) + p2*s2) + p3*s3, this block's slice of (row, d)
-  const int nb = nblocks, bid = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-  const int total = a.M * a.D, per = (total + nb - 1) / nb;
-  const int q1 = min(total, (bid + 1) * per);
-  for (int q = bid * per + t; q < q1; q += BLOCK) {
-    const int m = q / a.D, d = q - m * a.D;
-    const float p0 = __ldcg(pre_g + m * HC + 0), p1 = __ldcg(pre_g + m * HC + 1);
-    const float p2 = __ldcg(pre_g + m * HC + 2), p3 = __ldcg(pre_g + m * HC + 3);
-    const bf16_t* sm = a.streams + (size_t)m * HC * a.D;
-    float v = MUL(p0, bf2f(__ldcg(sm + d)));
-    v = ADD(v, MUL(p1, bf2f(__ldcg(sm + a.D + d))));
-    v = ADD(v, MUL(p2, bf2f(__ldcg(sm + 2 * a.D + d))));
-    v = ADD(v, MUL(p3, bf2f(__ldcg(sm + 3 * a.D + d))));
-    a.y[q] = f2bf(v);
+
+  // block 0: post and comb for the next boundary
+  if (leader && OP != OP_POST_HEAD) {
+    for (int q = t; q < a.M * HC; q += BLOCK) {
+      const int m = q / HC, h = q - m * HC;
+      a.post_out[q] = MUL(2.0f, psigmoid(ADD(MUL(mix_g[m * NOUT + HC + h], a.scale[1]), a.base[HC + h])));
+    }
+    for (int m0 = 0; m0 < a.M; m0 += SCALAR_ROWS) {
+      const int mrows = min(SCALAR_ROWS, a.M - m0);
+      const int mr = t >> 4, j = (t >> 2) & 3, k = t & 3;
+      const bool on = mr < mrows;
+      const float lg = on ? ADD(MUL(mix_g[(m0 + mr) * NOUT + 2 * HC + j * HC + k], a.scale[2]), a.base[2 * HC + j * HC + k])
+                          : 0.0f;
+      const float c = sinkhorn_lane(lg, j, k, (t & 31) & ~15u, a.hc_eps, a.sinkhorn_iters);
+      if (on) a.comb_out[((m0 + mr) * HC + j) * HC + k] = c;
+    }
   }
 }
 

@@ -1,9 +1,14 @@
-"""A cycle on one GPU: every rank's buffers allocated once, one CUDA graph built node by node.
+"""A cycle's ranks on a GPU: buffers allocated once, one CUDA graph built node by node.
 
-Emulated ranks: all ranks' buffers live on the device; each rank is its own chain of kernel nodes,
-joined only at collectives (a rank's all-reduce node depends on every rank's previous node, since it
-reads every rank's partial sums). Event-record nodes at the head and tail of each rank's chain give
-per-rank device times. Epochs only poison the outputs (memset, untimed), launch the graph and read.
+Emulated ranks (rank=None): all ranks' buffers live on one device; each rank is its own chain of
+kernel nodes, joined only at collectives (a rank's all-reduce node depends on every rank's previous
+node, since it reads every rank's partial sums). One process per rank (rank=r): this session holds
+rank r's buffers, maps its peers' through IPC handles, and its all-reduce kernels meet the peers'
+through 64-bit epoch-tagged arrival slots in device memory (drivers/cuda/processes.py runs them).
+Consecutive kernels of a chain are joined by programmatic edges where the device has them (sm_90+):
+a kernel starts while its predecessor finishes and requests its weights before it waits.
+Event-record nodes at the head and tail of each rank's chain give per-rank device times. Epochs
+only poison the outputs (memset, untimed), launch the graph and read.
 """
 
 from __future__ import annotations
@@ -49,6 +54,9 @@ VARIANTS = {
 
 
 FUSED_VARIANTS = ("fused-allreduce-mhc", "cluster-fused")
+#: Variants that read peers' buffers outside an all-reduce kernel's arrival protocol: emulated ranks only.
+EMULATED_ONLY = ("ring", *FUSED_VARIANTS)
+MAX_PIECES = 4  # all-reduce launches per collective (segmented-4): one arrival slot set each
 
 
 @dataclass
@@ -93,38 +101,75 @@ class Arena:
 class CudaSession(Session):
     timing_meaningful = True
 
-    def __init__(self, drv, cycle: Cycle, variants: dict | None):
+    def __init__(self, drv, cycle: Cycle, variants: dict | None, *, rank: int | None = None, pdl: bool = True,
+                 build: bool = True):
+        """rank=None: every rank emulated here. rank=r: only rank r; call attach_peers() then build()."""
         self.cu, self.cycle = drv.cu, cycle
         self.arch = drv.arch
         self.variants = {int(k): v for k, v in (variants or {}).items()}
+        self.rank = rank
+        self.local = list(range(cycle.ranks)) if rank is None else [rank]
+        self.pdl = pdl and int(self.arch[3:]) >= 90
         self._validate()
-        R = cycle.ranks
         self._freed = False
+        self.exec = self.graph = None
         self.stream = self.cu.cuStreamCreate(1)
-        # --- fixed buffers: outputs (poisoned every epoch), state (inputs, params), work (scratch, sync)
+        # --- fixed buffers: outputs (poisoned every epoch), state (inputs, params), work (scratch, sync,
+        # arrival slots, epoch counter)
         outs, state, work = Arena(), Arena(), Arena()
         self.offsets = {}
         for b in cycle.buffers:
             self.offsets[b.id] = (outs if b.kind == "output" else state).take(b.nbytes)
-        self.scratch, self.sync = {}, {}
+        self.scratch, self.sync, self.slots = {}, {}, {}
         for cmd in cycle.commands:
             if cmd.op != "allreduce":
                 m = cycle.geometry.phase(cmd.boundary.phase).rows
                 self.scratch[cmd.index] = work.take(4 * m * ((LANES // BLOCK) * (NOUT[cmd.op] + 1) + 4 + NOUT[cmd.op]))
                 self.sync[cmd.index] = work.take(8)
+            else:
+                self.slots[cmd.index] = work.take(8 * cycle.ranks * MAX_PIECES)
+        self.epoch_off = work.take(8)
         staging = Arena()  # expected outputs of `copy` commands (Session.set_expected)
         self.staging = {bid: staging.take(cycle.buffers[bid].nbytes) for idx, v in self.variants.items()
                         if v == "copy" for bid in cycle.commands[idx].outputs.values()}
         self.peer_tables: dict = {}
-        self.arenas = []
-        for _ in range(R):
-            o, s, w, x = (self.cu.cuMemAlloc(max(a.size, ALIGN)) for a in (outs, state, work, staging))
+        self.arenas: dict[int, tuple[int, int, int, int]] = {}
+        self.opened: list[int] = []  # peers' arenas mapped through IPC handles
+        for r in self.local:
+            o, st, w, x = (self.cu.cuMemAlloc(max(a.size, ALIGN)) for a in (outs, state, work, staging))
             self.cu.cuMemsetD8(w, 0, max(work.size, ALIGN))
-            self.arenas.append((int(o), int(s), int(w), int(x)))
+            self.arenas[r] = (int(o), int(st), int(w), int(x))
         self.out_size = outs.size
         self.kinds = {b.id: b.kind for b in cycle.buffers}
+        if build:
+            self.build()
+
+    def build(self):
+        """Compile (or load cached) kernels and build the graph; every rank's arena must be known."""
+        missing = sorted(set(range(self.cycle.ranks)) - set(self.arenas))
+        if missing:
+            raise UsageError(f"rank {self.rank}: peers {missing} not attached (attach_peers before build)")
         self._build_modules()
         self._build_graph()
+
+    # --- one process per rank: IPC handles -----------------------------------------------
+    def export_handles(self) -> list[bytes]:
+        """IPC handles of this rank's outputs, state and work arenas (64 bytes each)."""
+        return [C.string_at(self.cu.cuIpcGetMemHandle(p).getPtr(), 64) for p in self.arenas[self.rank][:3]]
+
+    def attach_peers(self, handles: dict[int, list[bytes]]):
+        """Map every peer's arenas into this process (peer access enabled as needed)."""
+        cu = self.cu._cu
+        for r, hs in handles.items():
+            if r in self.arenas:
+                continue
+            ptrs = []
+            for raw in hs:
+                h = cu.CUipcMemHandle()
+                C.memmove(h.getPtr(), raw, 64)
+                ptrs.append(int(self.cu.cuIpcOpenMemHandle(h, cu.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)))
+            self.opened += ptrs
+            self.arenas[r] = (*ptrs, 0)
 
     # --- addresses --------------------------------------------------------------------------
     def addr(self, rank: int, bid: int) -> int:
@@ -145,6 +190,9 @@ class CudaSession(Session):
                 continue
             if v not in VARIANTS:
                 raise UsageError(f"cuda driver has no implementation {v!r} (see `shell gate --list-candidates`)")
+            if self.rank is not None and v in EMULATED_ONLY:
+                raise UsageError(f"{v!r} reads peers outside the arrival protocol: emulated ranks only "
+                                 f"(--placement emulated)")
             if not 0 <= idx < len(cmds):
                 raise UsageError(f"no command {idx} in this cycle")
             op = cmds[idx].op
@@ -200,7 +248,7 @@ class CudaSession(Session):
         src = SOURCE + "".join(sp.wrapper() for sp in specs.values())
         self.funcs = {}
         self.modules = []
-        for flags, names in ((EXACT_FLAGS, list(specs) + ["allreduce_kernel", "empty_kernel", "copy_kernel"]),
+        for flags, names in ((EXACT_FLAGS, list(specs) + ["allreduce_kernel", "empty_kernel", "copy_kernel", "epoch_kernel"]),
                              (FMA_FLAGS, sorted(fma))):
             if not names:
                 continue
@@ -224,7 +272,8 @@ class CudaSession(Session):
         return f"user:{cand.digest}:{cand.entry}:{' '.join(cand.options)}"
 
     # --- launches ---------------------------------------------------------------------------
-    def _ar_launch(self, cmd: Command, rank: int, mode: int, contract: RingContract, lo: int, hi: int) -> A.Launch:
+    def _ar_launch(self, cmd: Command, rank: int, mode: int, contract: RingContract, lo: int, hi: int,
+                   piece: int = 0) -> A.Launch:
         R = self.cycle.ranks
         bx, bo = cmd.inputs["x"], cmd.outputs["out"]
         buf = self.cycle.buffers[bx]
@@ -235,9 +284,15 @@ class CudaSession(Session):
             a.out[q] = self.addr(q, bo)
         a.ring = A.ring(contract, n, R, buf.dtype == BF16)
         a.rank, a.lo, a.hi, a.mode = rank, lo, hi, mode
+        if self.rank is not None:  # one process per rank: arrival slots (see arrive_and_wait)
+            off = self.slots[cmd.index] + 8 * R * piece
+            for q in range(R):
+                a.flag_out[q] = self._work(q, off + 8 * rank)
+            a.flag_in = self._work(rank, off)
+            a.epoch = self._work(rank, self.epoch_off)
         threads = 256
         blocks = max(1, min(1024, -(-(hi - lo) // threads)))
-        return A.Launch(self.funcs["allreduce_kernel"], (blocks, 1, 1), (threads, 1, 1), a)
+        return A.Launch(self.funcs["allreduce_kernel"], (blocks, 1, 1), (threads, 1, 1), a, pdl=True)
 
     def _mhc_launch(self, cmd: Command, rank: int, prev_ar: Command | None) -> A.Launch:
         g = self.cycle.geometry
@@ -270,7 +325,7 @@ class CudaSession(Session):
         if sp.cluster:
             return A.Launch(self.funcs[key], (LANES // BLOCK, rows, 1), (sp.threads, 1, 1), a)
         grid = (LANES // BLOCK, NOUT[cmd.op] // OPG[cmd.op], -(-rows // sp.rows_per_block))
-        return A.Launch(self.funcs[key], grid, (BLOCK, 1, 1), a)
+        return A.Launch(self.funcs[key], grid, (BLOCK, 1, 1), a, pdl=True)
 
     def _user_launch(self, cmd: Command, rank: int, cand) -> A.Launch:
         """Bind a user kernel's arguments: tensors of this rank (or every rank's, `peers:`), scalars, literals."""
@@ -315,48 +370,66 @@ class CudaSession(Session):
 
     # --- graph ------------------------------------------------------------------------------
     def _add_kernel(self, launch: A.Launch, deps: list):
-        p = self._cu_mod().CUDA_KERNEL_NODE_PARAMS()
+        """A kernel node after `deps`; edges between two kernels that wait properly are programmatic."""
+        cu = self._cu_mod()
+        p = cu.CUDA_KERNEL_NODE_PARAMS()
         p.func = launch.func
         p.gridDimX, p.gridDimY, p.gridDimZ = launch.grid
         p.blockDimX, p.blockDimY, p.blockDimZ = launch.block
         p.sharedMemBytes = launch.shared
         p.kernelParams = launch.params_ptr
-        node = self.cu.cuGraphAddKernelNode(self.graph, deps, len(deps), p)
         self.launches.append(launch)
+        early = self.pdl and launch.pdl and all(int(d) in self.pdl_nodes for d in deps)
+        if not early:
+            node = self.cu.cuGraphAddKernelNode(self.graph, deps, len(deps), p)
+        else:
+            node = self.cu.cuGraphAddKernelNode(self.graph, [], 0, p)
+            edge = cu.CUgraphEdgeData()
+            edge.from_port = cu.CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC
+            edge.type = cu.CUgraphDependencyType.CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+            self.cu.cuGraphAddDependencies(self.graph, deps, [node] * len(deps), [edge] * len(deps), len(deps))
+        if launch.pdl:
+            self.pdl_nodes.add(int(node))
         return node
 
     def _cu_mod(self):
         return self.cu._cu
 
+    def _collective_deps(self, last: dict, r: int) -> list:
+        """Emulated ranks wait for every rank before a collective; a process waits in the kernel."""
+        return list(last.values()) if self.rank is None else [last[r]]
+
     def _build_graph(self):
-        R = self.cycle.ranks
         cu = self.cu
         self.graph = cu.cuGraphCreate(0)
-        self.ev_start = [cu.cuEventCreate(0) for _ in range(R)]
-        self.ev_end = [cu.cuEventCreate(0) for _ in range(R)]
+        self.ev_start = {r: cu.cuEventCreate(0) for r in self.local}
+        self.ev_end = {r: cu.cuEventCreate(0) for r in self.local}
         self.eager_start, self.eager_end = cu.cuEventCreate(0), cu.cuEventCreate(0)
         self.launches: list[A.Launch] = []
         self.eager: list[A.Launch] = []
-        last = [cu.cuGraphAddEventRecordNode(self.graph, [], 0, self.ev_start[r]) for r in range(R)]
+        self.pdl_nodes: set[int] = set()
+        last = {r: cu.cuGraphAddEventRecordNode(self.graph, [], 0, self.ev_start[r]) for r in self.local}
+        if self.rank is not None:  # the epoch that tags this cycle's arrivals
+            ln = A.Launch(self.funcs["epoch_kernel"], (1, 1, 1), (1, 1, 1),
+                          C.c_uint64(self._work(self.rank, self.epoch_off)))
+            last[self.rank] = self._add_kernel(ln, [last[self.rank]])
+            self.eager.append(ln)
         cmds = self.cycle.commands
         fused_away = {i - 1 for i, v in self.variants.items() if v in FUSED_VARIANTS}
         for cmd in cmds:
             v = self.variants.get(cmd.index, "baseline")
             if v == "delete" or cmd.index in fused_away:
                 continue
-            if not isinstance(v, str) or v == "copy":
-                new = []
-                for r in range(R):
-                    ln = self._copy_launch(cmd, r) if v == "copy" else self._user_launch(cmd, r, v)
-                    new.append(self._add_kernel(ln, list(last) if cmd.op == "allreduce" else [last[r]]))
-                    self.eager.append(ln)
-                last = new
-                continue
-            if v == "empty":
-                new = []
-                for r in range(R):
-                    ln = A.Launch(self.funcs["empty_kernel"], (1, 1, 1), (32, 1, 1), A.Ring())
-                    new.append(self._add_kernel(ln, list(last) if cmd.op == "allreduce" else [last[r]]))
+            if not isinstance(v, str) or v in ("copy", "empty"):
+                new = {}
+                for r in self.local:
+                    if v == "copy":
+                        ln = self._copy_launch(cmd, r)
+                    elif v == "empty":
+                        ln = A.Launch(self.funcs["empty_kernel"], (1, 1, 1), (32, 1, 1), A.Ring())
+                    else:
+                        ln = self._user_launch(cmd, r, v)
+                    new[r] = self._add_kernel(ln, self._collective_deps(last, r) if cmd.op == "allreduce" else [last[r]])
                     self.eager.append(ln)
                 last = new
                 continue
@@ -365,31 +438,29 @@ class CudaSession(Session):
             else:
                 fused = v in FUSED_VARIANTS
                 prev = cmds[cmd.index - 1] if fused else None
-                new = []
-                for r in range(R):
+                new = {}
+                for r in self.local:
                     ln = self._mhc_launch(cmd, r, prev)
-                    deps = list(last) if fused else [last[r]]
-                    new.append(self._add_kernel(ln, deps))
+                    new[r] = self._add_kernel(ln, list(last.values()) if fused else [last[r]])
                     self.eager.append(ln)
                 last = new
-        for r in range(R):
+        for r in self.local:
             cu.cuGraphAddEventRecordNode(self.graph, [last[r]], 1, self.ev_end[r])
         self.exec = cu.cuGraphInstantiate(self.graph, 0)
 
-    def _graph_allreduce(self, cmd: Command, v: str, last: list) -> list:
-        R = self.cycle.ranks
+    def _graph_allreduce(self, cmd: Command, v: str, last: dict) -> dict:
         n = int(np.prod(self.cycle.buffers[cmd.inputs["x"]].shape))
         contract = self.cycle.contract
         if v == "ring":
-            rs = []
-            for r in range(R):
+            rs = {}
+            for r in self.local:
                 ln = self._ar_launch(cmd, r, 1, contract, 0, n)
-                rs.append(self._add_kernel(ln, list(last)))
+                rs[r] = self._add_kernel(ln, list(last.values()))
                 self.eager.append(ln)
-            new = []
-            for r in range(R):
+            new = {}
+            for r in self.local:
                 ln = self._ar_launch(cmd, r, 2, contract, 0, n)
-                new.append(self._add_kernel(ln, list(rs)))
+                new[r] = self._add_kernel(ln, list(rs.values()))
                 self.eager.append(ln)
             return new
         pieces = [(0, n)]
@@ -398,15 +469,15 @@ class CudaSession(Session):
             contract = RingContract(**{**contract.to_json(), "segments": k})
             size = -(-n // k)
             pieces = [(s * size, min(n, (s + 1) * size)) for s in range(k) if s * size < n]
-        new = []
-        for r in range(R):
-            deps = list(last)
-            for lo, hi in pieces:
-                ln = self._ar_launch(cmd, r, 0, contract, lo, hi)
+        new = {}
+        for r in self.local:
+            deps = self._collective_deps(last, r)
+            for piece, (lo, hi) in enumerate(pieces):
+                ln = self._ar_launch(cmd, r, 0, contract, lo, hi, piece)
                 node = self._add_kernel(ln, deps)
                 self.eager.append(ln)
                 deps = [node]
-            new.append(deps[0])
+            new[r] = deps[0]
         return new
 
     # --- Session interface ------------------------------------------------------------------
@@ -430,8 +501,8 @@ class CudaSession(Session):
         self.cu.cuMemcpyHtoD(self.arenas[rank][3] + self.staging[buffer_id], a.ctypes.data, a.nbytes)
 
     def poison(self):
-        for o, *_ in self.arenas:
-            self.cu.cuMemsetD8Async(o, 0xFF, self.out_size, self.stream)
+        for r in self.local:
+            self.cu.cuMemsetD8Async(self.arenas[r][0], 0xFF, self.out_size, self.stream)
         self.cu.cuStreamSynchronize(self.stream)
 
     def run(self, graph=True):
@@ -439,7 +510,8 @@ class CudaSession(Session):
         if graph:
             cu.cuGraphLaunch(self.exec, self.stream)
             cu.cuStreamSynchronize(self.stream)
-            return [float(cu.cuEventElapsedTime(self.ev_start[r], self.ev_end[r])) for r in range(self.cycle.ranks)]
+            return [float(cu.cuEventElapsedTime(self.ev_start[r], self.ev_end[r])) if r in self.ev_start else 0.0
+                    for r in range(self.cycle.ranks)]
         cu.cuEventRecord(self.eager_start, self.stream)
         for ln in self.eager:
             cu.cuLaunchKernel(ln.func, *ln.grid, *ln.block, ln.shared, self.stream, ln.params_ptr, 0)
@@ -458,15 +530,18 @@ class CudaSession(Session):
         self._freed = True
         cu = self.cu
         cu.cuStreamSynchronize(self.stream)
-        cu.cuGraphExecDestroy(self.exec)
-        cu.cuGraphDestroy(self.graph)
-        for ev in [*self.ev_start, *self.ev_end, self.eager_start, self.eager_end]:
-            cu.cuEventDestroy(ev)
-        for arena in self.arenas:
-            for p in arena:
+        if self.exec is not None:
+            cu.cuGraphExecDestroy(self.exec)
+            cu.cuGraphDestroy(self.graph)
+            for ev in [*self.ev_start.values(), *self.ev_end.values(), self.eager_start, self.eager_end]:
+                cu.cuEventDestroy(ev)
+        for p in self.opened:
+            cu.cuIpcCloseMemHandle(p)
+        for r in self.local:
+            for p in self.arenas[r]:
                 cu.cuMemFree(p)
         for p in self.peer_tables.values():
             cu.cuMemFree(p)
-        for m in self.modules:
+        for m in getattr(self, "modules", []):
             cu.cuModuleUnload(m)
         cu.cuStreamDestroy(self.stream)
