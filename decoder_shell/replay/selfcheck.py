@@ -58,6 +58,8 @@ def random_variants(rng, cyc):
                 v[cmd.index] = "cluster"
             elif p < 0.75 and cluster_ok and plain_prev:
                 v[cmd.index] = "cluster-fused"
+            elif p < 0.85:
+                v[cmd.index] = "sinkhorn-inline"
     return v
 
 

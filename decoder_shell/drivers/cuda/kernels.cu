@@ -225,6 +225,7 @@ struct MhcArgs {
   u64* sync;                   // arrivals: 64-bit, monotonic over launches (never reset, never wraps)
   int M, D, x_is_bf16, sinkhorn_iters;
   float hc_eps, norm_eps;
+  int split_sinkhorn;          // comb is left to sinkhorn_kernel (its own node, beside the next all-reduce)
 };
 
 enum { OP_PRE = 0, OP_POST_PRE = 1, OP_POST_HEAD = 2 };
@@ -325,6 +326,22 @@ __device__ __forceinline__ float sinkhorn_lane(float c, int j, int k, unsigned r
 
 // Sum of the 4 warps' values in adjacent-pair order ((w0+w1)+(w2+w3)).
 __device__ __forceinline__ float tree4(const float* w) { return ADD(ADD(w[0], w[1]), ADD(w[2], w[3])); }
+
+// The comb of the next boundary from the mixes block 0 left in scratch: softmax, + eps, Sinkhorn.
+// One block of BLOCK threads: 16 lanes a row, SCALAR_ROWS rows at a time.
+template <int NOUT>
+__device__ __forceinline__ void comb_rows(const MhcArgs& a, const float* mix_g) {
+  const int t = threadIdx.x;
+  for (int m0 = 0; m0 < a.M; m0 += SCALAR_ROWS) {
+    const int mrows = min(SCALAR_ROWS, a.M - m0);
+    const int mr = t >> 4, j = (t >> 2) & 3, k = t & 3;
+    const bool on = mr < mrows;
+    const float lg = on ? ADD(MUL(mix_g[(m0 + mr) * NOUT + 2 * HC + j * HC + k], a.scale[2]), a.base[2 * HC + j * HC + k])
+                        : 0.0f;
+    const float c = sinkhorn_lane(lg, j, k, (t & 31) & ~15u, a.hc_eps, a.sinkhorn_iters);
+    if (on) a.comb_out[((m0 + mr) * HC + j) * HC + k] = c;
+  }
+}
 
 // Grid: x = LANES / BLOCK lane groups, y = NOUT / OPG output groups, z = ceil(M / RPB) row groups.
 // Every block: its share of the projection weights fn is requested before the kernel waits for the
@@ -522,22 +539,22 @@ __device__ void mhc_boundary(const MhcArgs& a) {
   }
 #endif
 
-  // block 0: post and comb for the next boundary
+  // block 0: post and comb for the next boundary (comb in sinkhorn_kernel when split)
   if (leader && OP != OP_POST_HEAD) {
     for (int q = t; q < a.M * HC; q += BLOCK) {
       const int m = q / HC, h = q - m * HC;
       a.post_out[q] = MUL(2.0f, psigmoid(ADD(MUL(mix_g[m * NOUT + HC + h], a.scale[1]), a.base[HC + h])));
     }
-    for (int m0 = 0; m0 < a.M; m0 += SCALAR_ROWS) {
-      const int mrows = min(SCALAR_ROWS, a.M - m0);
-      const int mr = t >> 4, j = (t >> 2) & 3, k = t & 3;
-      const bool on = mr < mrows;
-      const float lg = on ? ADD(MUL(mix_g[(m0 + mr) * NOUT + 2 * HC + j * HC + k], a.scale[2]), a.base[2 * HC + j * HC + k])
-                          : 0.0f;
-      const float c = sinkhorn_lane(lg, j, k, (t & 31) & ~15u, a.hc_eps, a.sinkhorn_iters);
-      if (on) a.comb_out[((m0 + mr) * HC + j) * HC + k] = c;
-    }
+    if (!a.split_sinkhorn) comb_rows<NOUT>(a, mix_g);
   }
+}
+
+// The Sinkhorn stage of an mHC post/pre boundary as its own node: it runs beside the next all-reduce
+// (both wait for the boundary kernel), so its serial chain of 39 normalizations leaves the critical path.
+extern "C" __global__ void __launch_bounds__(BLOCK) sinkhorn_kernel(const MhcArgs a) {
+  pdl_wait();
+  pdl_trigger();
+  comb_rows<24>(a, a.scratch + (size_t)a.M * (LANES / BLOCK) * (24 + 1));
 }
 
 // ---- mHC boundary on a thread-block cluster (sm_90+) ----------------------------------------------

@@ -35,7 +35,9 @@ OPG = {"mhc_pre": 8, "mhc_post_pre": 8, "mhc_post_head": 4}  # outputs per block
 OPNAME = {"mhc_pre": "OP_PRE", "mhc_post_pre": "OP_POST_PRE", "mhc_post_head": "OP_POST_HEAD"}
 
 VARIANTS = {
-    "baseline": "the replay's own kernels: one-shot all-reduce node + mHC node (one row per block)",
+    "baseline": "the replay's own kernels: one-shot all-reduce node + mHC node (one row per block) + Sinkhorn node "
+                "beside the next all-reduce",
+    "sinkhorn-inline": "the baseline mHC kernel computing the Sinkhorn comb itself (no separate node)",
     "delete": "no node at all (deletion-only upper bound; outputs stay poisoned)",
     "copy": "a copy of the command's expected outputs instead of the command (deletion-only bound)",
     "fused-m2": "fixed-width mHC kernel, all 2 rows in one block (phase must have M=2)",
@@ -248,7 +250,7 @@ class CudaSession(Session):
         src = SOURCE + "".join(sp.wrapper() for sp in specs.values())
         self.funcs = {}
         self.modules = []
-        for flags, names in ((EXACT_FLAGS, list(specs) + ["allreduce_kernel", "empty_kernel", "copy_kernel", "epoch_kernel"]),
+        for flags, names in ((EXACT_FLAGS, list(specs) + ["allreduce_kernel", "empty_kernel", "copy_kernel", "epoch_kernel", "sinkhorn_kernel"]),
                              (FMA_FLAGS, sorted(fma))):
             if not names:
                 continue
@@ -321,6 +323,8 @@ class CudaSession(Session):
         a.M, a.D = rows, g.hidden
         a.sinkhorn_iters = g.mhc.sinkhorn_iters
         a.hc_eps, a.norm_eps = g.mhc.hc_eps, g.mhc.norm_eps
+        a.split_sinkhorn = int("next_comb" in outs and not sp.cluster and self.variants.get(cmd.index) not in
+                               ("sinkhorn-inline",))
         key = sp.entry + (":fma" if self.variants.get(cmd.index) == "fma" else "")
         if sp.cluster:
             return A.Launch(self.funcs[key], (LANES // BLOCK, rows, 1), (sp.threads, 1, 1), a)
@@ -416,6 +420,7 @@ class CudaSession(Session):
             self.eager.append(ln)
         cmds = self.cycle.commands
         fused_away = {i - 1 for i, v in self.variants.items() if v in FUSED_VARIANTS}
+        pending: dict[int, list] = {}  # rank -> its Sinkhorn node, joined by the rank's next mHC node
         for cmd in cmds:
             v = self.variants.get(cmd.index, "baseline")
             if v == "delete" or cmd.index in fused_away:
@@ -429,7 +434,8 @@ class CudaSession(Session):
                         ln = A.Launch(self.funcs["empty_kernel"], (1, 1, 1), (32, 1, 1), A.Ring())
                     else:
                         ln = self._user_launch(cmd, r, v)
-                    new[r] = self._add_kernel(ln, self._collective_deps(last, r) if cmd.op == "allreduce" else [last[r]])
+                    deps = self._collective_deps(last, r) if cmd.op == "allreduce" else [last[r], *pending.pop(r, [])]
+                    new[r] = self._add_kernel(ln, deps)
                     self.eager.append(ln)
                 last = new
                 continue
@@ -441,11 +447,17 @@ class CudaSession(Session):
                 new = {}
                 for r in self.local:
                     ln = self._mhc_launch(cmd, r, prev)
-                    new[r] = self._add_kernel(ln, list(last.values()) if fused else [last[r]])
+                    deps = list(last.values()) if fused else [last[r]]
+                    new[r] = self._add_kernel(ln, deps + pending.pop(r, []))
                     self.eager.append(ln)
+                    if ln.args[0].split_sinkhorn:
+                        sk = A.Launch(self.funcs["sinkhorn_kernel"], (1, 1, 1), (BLOCK, 1, 1), ln.args[0], pdl=True)
+                        pending[r] = [self._add_kernel(sk, [new[r]])]
+                        self.eager.append(sk)
                 last = new
         for r in self.local:
-            cu.cuGraphAddEventRecordNode(self.graph, [last[r]], 1, self.ev_end[r])
+            deps = [last[r], *pending.pop(r, [])]
+            cu.cuGraphAddEventRecordNode(self.graph, deps, len(deps), self.ev_end[r])
         self.exec = cu.cuGraphInstantiate(self.graph, 0)
 
     def _graph_allreduce(self, cmd: Command, v: str, last: dict) -> dict:
