@@ -374,6 +374,9 @@ __device__ void mhc_boundary(const MhcArgs& a) {
   const int nblocks = gridDim.x * gridDim.y * gridDim.z;
   const bool leader = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
 
+  // Every block of the previous launch arrived before this launch began, and this block has not yet
+  // arrived, so the count now lies in [n * nblocks, (n + 1) * nblocks) for this launch n.
+  if (t == 0) target_s = (*(volatile u64*)a.sync / nblocks + 1) * nblocks;
   float acc[RPB][OPG + 1];
 #pragma unroll
   for (int r = 0; r < RPB; r++)
@@ -470,14 +473,12 @@ __device__ void mhc_boundary(const MhcArgs& a) {
     const int slot = o == 0 ? 0 : o0 + o;
     a.scratch[((size_t)(row0 + r) * nbx + blockIdx.x) * (NOUT + 1) + slot] = tree4(warp_part[r][o]);
   }
-  __threadfence();
   __syncthreads();
   if (t == 0) {
-    const u64 old = atomicAdd(a.sync, 1ull);
-    target_s = (old / nblocks + 1) * nblocks;  // this launch's arrivals all counted
+    __threadfence();  // the block's partials (ordered before by the barrier) are visible before it arrives
+    atomicAdd(a.sync, 1ull);  // no return value used: a fire-and-forget reduction
   }
   if (!writer) return;
-  __syncthreads();
   if (t == 0) {
     while (ld_acquire(a.sync) < target_s) {}
   }
@@ -600,6 +601,8 @@ __device__ void mhc_cluster(const MhcArgs& a) {
 #pragma unroll
     for (int o = 0; o < OPT; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + u * LANES);
 
+  pdl_wait();
+  pdl_trigger();
   float sv[HC * Q];
   lane_streams<OP, FUSED, Q>(a, m, lane, half == 0, sv);
 
@@ -658,13 +661,14 @@ __device__ void mhc_cluster(const MhcArgs& a) {
       const float rs = DIV(1.0f, SQRT(ADD(DIV(ss[0], (float)N), a.norm_eps)));
       const float mix = MUL(v[0], rs);
       mix_s[t] = mix;
+      if (a.split_sinkhorn) a.scratch[(size_t)a.M * (LANES / BLOCK) * (NOUT + 1) + m * NOUT + t] = mix;
       if (t < HC) pre_s[t] = ADD(psigmoid(ADD(MUL(mix, a.scale[0]), a.base[t])), a.hc_eps);
     }
     __syncthreads();
     cluster_arrive();  // 2: pre is ready; the others collapse while this block finishes post and comb
     if (OP != OP_POST_HEAD) {
       if (t < HC) a.post_out[m * HC + t] = MUL(2.0f, psigmoid(ADD(MUL(mix_s[HC + t], a.scale[1]), a.base[HC + t])));
-      if (t < 32) {
+      if (t < 32 && !a.split_sinkhorn) {
         const int j = (t >> 2) & 3, k = t & 3;
         const float lg = ADD(MUL(mix_s[2 * HC + j * HC + k], a.scale[2]), a.base[2 * HC + j * HC + k]);
         const float c = sinkhorn_lane(lg, j, k, t & ~15u, a.hc_eps, a.sinkhorn_iters);

@@ -14,6 +14,7 @@ only poison the outputs (memset, untimed), launch the graph and read.
 from __future__ import annotations
 
 import ctypes as C
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +32,19 @@ SOURCE = (Path(__file__).with_name("kernels.cu")).read_text()
 BLOCK = 128
 ALIGN = 256
 NOUT = {"mhc_pre": 24, "mhc_post_pre": 24, "mhc_post_head": 4}
-OPG = {"mhc_pre": 8, "mhc_post_pre": 8, "mhc_post_head": 4}  # outputs per block (grid y = NOUT / OPG)
+
+
+def outputs_per_block(op: str, rows: int) -> int:
+    """Projection outputs per block (grid y = NOUT / OPG). Fewer outputs per block spread the weight
+    stream over more blocks, more of them reuse each stream value: on the H200 (tools/bench_replay.py
+    under DECODER_SHELL_CUDA_OPG = 2..12, docs/BENCHMARKS.md) 4 was fastest at M=2 and 12 at M=8.
+    DECODER_SHELL_CUDA_OPG (a divisor of 24) overrides it for tuning runs."""
+    if op == "mhc_post_head":
+        return 4
+    env = int(os.environ.get("DECODER_SHELL_CUDA_OPG", "0") or 0)
+    if env and NOUT[op] % env == 0:
+        return env
+    return 4 if rows <= 2 else (8 if rows < 8 else 12)
 OPNAME = {"mhc_pre": "OP_PRE", "mhc_post_pre": "OP_POST_PRE", "mhc_post_head": "OP_POST_HEAD"}
 
 VARIANTS = {
@@ -68,10 +81,11 @@ class KernelSpec:
     fused: bool
     q: int = 0  # D / LANES on the fast path (D a multiple of LANES), else 0
     cluster: bool = False
+    opg: int = 8  # projection outputs per block
 
     @property
     def entry(self) -> str:
-        kind = "cl" if self.cluster else f"r{self.rows_per_block}"
+        kind = "cl" if self.cluster else f"r{self.rows_per_block}_o{self.opg}"
         return f"mhc_{self.op[4:]}_{kind}_q{self.q}{'_fused' if self.fused else ''}"
 
     @property
@@ -84,7 +98,7 @@ class KernelSpec:
                     f'{self.entry}(const MhcArgs a) {{ mhc_cluster<{NOUT[self.op]}, {OPNAME[self.op]}, '
                     f'{"true" if self.fused else "false"}, {self.q}>(a); }}\n')
         return (f'extern "C" __global__ void __launch_bounds__(BLOCK) {self.entry}(const MhcArgs a) '
-                f'{{ mhc_boundary<{NOUT[self.op]}, {OPG[self.op]}, {self.rows_per_block}, {OPNAME[self.op]}, '
+                f'{{ mhc_boundary<{NOUT[self.op]}, {self.opg}, {self.rows_per_block}, {OPNAME[self.op]}, '
                 f'{"true" if self.fused else "false"}, {self.q}>(a); }}\n')
 
 
@@ -234,7 +248,7 @@ class CudaSession(Session):
         if v.startswith("cluster"):
             return KernelSpec(cmd.op, 1, v == "cluster-fused", d // LANES, cluster=True)
         q = d // LANES if d % LANES == 0 and d // LANES <= 8 and rpb * 4 * (d // LANES) <= 64 else 0
-        return KernelSpec(cmd.op, rpb, v == "fused-allreduce-mhc", q)
+        return KernelSpec(cmd.op, rpb, v == "fused-allreduce-mhc", q, opg=outputs_per_block(cmd.op, rows))
 
     # --- modules ----------------------------------------------------------------------------
     def _build_modules(self):
@@ -323,12 +337,11 @@ class CudaSession(Session):
         a.M, a.D = rows, g.hidden
         a.sinkhorn_iters = g.mhc.sinkhorn_iters
         a.hc_eps, a.norm_eps = g.mhc.hc_eps, g.mhc.norm_eps
-        a.split_sinkhorn = int("next_comb" in outs and not sp.cluster and self.variants.get(cmd.index) not in
-                               ("sinkhorn-inline",))
+        a.split_sinkhorn = int("next_comb" in outs and self.variants.get(cmd.index) != "sinkhorn-inline")
         key = sp.entry + (":fma" if self.variants.get(cmd.index) == "fma" else "")
         if sp.cluster:
-            return A.Launch(self.funcs[key], (LANES // BLOCK, rows, 1), (sp.threads, 1, 1), a)
-        grid = (LANES // BLOCK, NOUT[cmd.op] // OPG[cmd.op], -(-rows // sp.rows_per_block))
+            return A.Launch(self.funcs[key], (LANES // BLOCK, rows, 1), (sp.threads, 1, 1), a, pdl=True)
+        grid = (LANES // BLOCK, NOUT[cmd.op] // sp.opg, -(-rows // sp.rows_per_block))
         return A.Launch(self.funcs[key], grid, (BLOCK, 1, 1), a, pdl=True)
 
     def _user_launch(self, cmd: Command, rank: int, cand) -> A.Launch:
