@@ -72,6 +72,7 @@ def test_plain_edges_and_programmatic_edges_give_the_same_bits():
     from decoder_shell.corpus.synth import injected_values
     from decoder_shell.geometry import preset
     from decoder_shell.replay.selfcheck import run_case
+    _cuda()
     cyc = build_cycle(preset("dsv4-flash", tp=2, verify_rows=2, draft_rows=1), RingContract())
     values = injected_values(cyc, 9)
     want = reference(cyc, values)

@@ -25,7 +25,8 @@ class MhcArgs(C.Structure):
                 *[(n, u64) for n in ("residual", "post_in", "comb_in", "fn", "base", "scale", "streams", "y",
                                      "post_out", "comb_out", "scratch", "sync")],
                 ("M", C.c_int), ("D", C.c_int), ("x_is_bf16", C.c_int), ("sinkhorn_iters", C.c_int),
-                ("hc_eps", C.c_float), ("norm_eps", C.c_float), ("split_sinkhorn", C.c_int)]
+                ("hc_eps", C.c_float), ("norm_eps", C.c_float), ("split_sinkhorn", C.c_int),
+                ("next_fn", u64), ("next_fn_bytes", u64)]
 
 
 class CopyArgs(C.Structure):

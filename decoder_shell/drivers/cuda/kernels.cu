@@ -226,6 +226,8 @@ struct MhcArgs {
   int M, D, x_is_bf16, sinkhorn_iters;
   float hc_eps, norm_eps;
   int split_sinkhorn;          // comb is left to sinkhorn_kernel (its own node, beside the next all-reduce)
+  const float* next_fn;        // the rank's next mHC weights, prefetched into L2 by idle blocks (or null)
+  u64 next_fn_bytes;
 };
 
 enum { OP_PRE = 0, OP_POST_PRE = 1, OP_POST_HEAD = 2 };
@@ -478,7 +480,18 @@ __device__ void mhc_boundary(const MhcArgs& a) {
     __threadfence();  // the block's partials (ordered before by the barrier) are visible before it arrives
     atomicAdd(a.sync, 1ull);  // no return value used: a fire-and-forget reduction
   }
-  if (!writer) return;
+  if (!writer) {
+    // idle from here: pull the next boundary's weights into L2 (no kernel writes them), so the next
+    // mHC kernel's weight loads hit L2 instead of memory
+    if (a.next_fn) {
+      const u64 lines = (a.next_fn_bytes + 127) / 128;
+      const u64 nidle = (u64)nblocks - (u64)gridDim.x * gridDim.z;
+      const u64 me = (((u64)blockIdx.z * gridDim.y + blockIdx.y - 1 - blockIdx.z) * gridDim.x + blockIdx.x) * BLOCK + t;
+      for (u64 l = me; l < lines; l += nidle * BLOCK)
+        asm volatile("prefetch.global.L2 [%0];" :: "l"((const char*)a.next_fn + l * 128));
+    }
+    return;
+  }
   if (t == 0) {
     while (ld_acquire(a.sync) < target_s) {}
   }

@@ -157,6 +157,8 @@ class CudaSession(Session):
             self.arenas[r] = (int(o), int(st), int(w), int(x))
         self.out_size = outs.size
         self.kinds = {b.id: b.kind for b in cycle.buffers}
+        mhc = [c for c in cycle.commands if c.op != "allreduce"]
+        self._next_mhc = {a.index: b for a, b in zip(mhc, mhc[1:])}  # whose weights idle blocks prefetch
         if build:
             self.build()
 
@@ -338,6 +340,10 @@ class CudaSession(Session):
         a.sinkhorn_iters = g.mhc.sinkhorn_iters
         a.hc_eps, a.norm_eps = g.mhc.hc_eps, g.mhc.norm_eps
         a.split_sinkhorn = int("next_comb" in outs and self.variants.get(cmd.index) != "sinkhorn-inline")
+        nxt = self._next_mhc.get(cmd.index)
+        if nxt is not None and os.environ.get("DECODER_SHELL_CUDA_PREFETCH", "1") != "0":
+            a.next_fn = self.addr(rank, nxt.inputs["fn"])
+            a.next_fn_bytes = self.cycle.buffers[nxt.inputs["fn"]].nbytes
         key = sp.entry + (":fma" if self.variants.get(cmd.index) == "fma" else "")
         if sp.cluster:
             return A.Launch(self.funcs[key], (LANES // BLOCK, rows, 1), (sp.threads, 1, 1), a, pdl=True)
