@@ -264,35 +264,43 @@ __device__ __forceinline__ float stream_value(const MhcArgs& a, int m, int k, in
 // The lane's 4*Q stream values of row m on the fast path (D = Q*LANES), in the lane's element order
 // j = k*Q + q: x[m, d] (or its all-reduce, written to ar_out when `write`) and residual[m, :, d] are
 // loaded once per d = lane + q*LANES and give all 4 streams k; written to `streams` when `write`.
+// Every load is issued before the first store: the compiler cannot prove that the stores to streams
+// miss x, residual, post and comb, so loads placed after a store would each wait for the one before.
 template <int OP, bool FUSED, int Q>
 __device__ __forceinline__ void lane_streams(const MhcArgs& a, int m, int lane, bool write, float* sv) {
+  float xs[Q], res[Q][HC], pin[HC], cb[HC * HC];
+  if (OP != OP_PRE) {
+#pragma unroll
+    for (int k = 0; k < HC; k++) pin[k] = a.post_in[m * HC + k];
+#pragma unroll
+    for (int i = 0; i < HC * HC; i++) cb[i] = a.comb_in[m * HC * HC + i];
+  }
 #pragma unroll
   for (int q = 0; q < Q; q++) {
     const int d = lane + q * LANES;
     const size_t xd = (size_t)m * a.D + d;
-    float x;
-    if (FUSED) {
-      x = ring_fold(a.peers, a.ring, (int)xd);
-      if (write) st(a.ar_out, xd, x, a.ring.is_bf16);
-    } else {
-      x = ld(a.x, xd, a.x_is_bf16);
-    }
-    float res[HC];
+    xs[q] = FUSED ? ring_fold(a.peers, a.ring, (int)xd) : ld(a.x, xd, a.x_is_bf16);
     if (OP != OP_PRE) {
       const bf16_t* rp = a.residual + (size_t)m * HC * a.D + d;
 #pragma unroll
-      for (int h = 0; h < HC; h++) res[h] = bf2f(rp[(size_t)h * a.D]);
+      for (int h = 0; h < HC; h++) res[q][h] = bf2f(rp[(size_t)h * a.D]);
     }
+  }
+#pragma unroll
+  for (int q = 0; q < Q; q++) {
+    const int d = lane + q * LANES;
+    const size_t xd = (size_t)m * a.D + d;
+    const float x = xs[q];
+    if (FUSED && write) st(a.ar_out, xd, x, a.ring.is_bf16);
 #pragma unroll
     for (int k = 0; k < HC; k++) {
       float v = x;
       if (OP != OP_PRE) {
-        const float* cb = a.comb_in + m * HC * HC;
-        float mix = MUL(cb[0 * HC + k], res[0]);
-        mix = ADD(mix, MUL(cb[1 * HC + k], res[1]));
-        mix = ADD(mix, MUL(cb[2 * HC + k], res[2]));
-        mix = ADD(mix, MUL(cb[3 * HC + k], res[3]));
-        v = ADD(MUL(a.post_in[m * HC + k], x), mix);
+        float mix = MUL(cb[0 * HC + k], res[q][0]);
+        mix = ADD(mix, MUL(cb[1 * HC + k], res[q][1]));
+        mix = ADD(mix, MUL(cb[2 * HC + k], res[q][2]));
+        mix = ADD(mix, MUL(cb[3 * HC + k], res[q][3]));
+        v = ADD(MUL(pin[k], x), mix);
       }
       const bf16_t b = f2bf(v);
       if (write) a.streams[((size_t)m * HC + k) * a.D + d] = b;
