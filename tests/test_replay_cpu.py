@@ -347,3 +347,19 @@ def test_default_corpus_is_the_one_in_the_working_folder(tmp_path):
     res = run_shell("replay", "--driver", "cpu", "--epochs", "2", "--json", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["corpus"] == "corpus"
+
+
+@pytest.mark.skipif(_has_nvidia_gpu(), reason="this machine has an NVIDIA GPU")
+def test_rank_processes_report_a_worker_failure_in_one_line_and_leave_no_process():
+    """One process per rank: every worker fails to open CUDA here; the parent must raise the workers'
+    one-line error with its exit code (3: no device) and leave no worker running, never hang."""
+    from decoder_shell.drivers.cuda.processes import ProcessSession
+    from decoder_shell.errors import ShellError
+    cyc = build_cycle(preset("tiny", tp=2, verify_rows=2), Corpus.open(SHIPPED_CORPUS).info.contract())
+    with pytest.raises(ShellError) as err:
+        ProcessSession([0, 0], cyc, None)
+    msg = str(err.value)
+    assert err.value.exit_code == 3 and "\n" not in msg
+    assert msg.startswith("rank ") and "cuda" in msg
+    import multiprocessing
+    assert multiprocessing.active_children() == []
