@@ -68,6 +68,7 @@ def test_exact_but_slower_candidate_is_exact_and_untimed_on_cpu(tmp):
     assert v["exactness_verdict"] == "exact" and v["exactness"]["candidate"]["exact"]
     assert v["exactness"]["candidate"]["graph"]["exact"] == 8
     assert v["timing_meaningful"] is False
+    assert v["timing_note"] == "host numpy times, not device times"
     assert v["time_verdict"] == "not meaningful" and v["verdict"] == "UNTIMED"
     assert [c["commands"] for c in v["changes"]] == [8, 8]
     assert "UNTIMED" in p.stdout and "not meaningful" in p.stdout

@@ -53,6 +53,7 @@ def test_replay_json_structure(shipped_replay):
     assert r["geometry"] == corpus.geometry.to_json()
     assert r["commands_per_rank"] == len(corpus.geometry.boundaries())
     assert r["driver"].startswith("cpu") and r["timing_meaningful"] is False
+    assert r["timing_note"] == "host numpy times, not device times"
     assert r["settle_epochs"] == 3
     ranks = r["geometry"]["ranks"]
     for i, e in enumerate(r["epochs"]):
