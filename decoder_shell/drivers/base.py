@@ -39,6 +39,10 @@ class Session(ABC):
     def read(self, rank: int, buffer_id: int) -> np.ndarray:
         """Copy a buffer back to the host (untimed)."""
 
+    def read_many(self, rank: int, buffer_ids: list[int]) -> list[np.ndarray]:
+        """Several buffers of one rank (one round trip where ranks live in other processes)."""
+        return [self.read(rank, b) for b in buffer_ids]
+
     @abstractmethod
     def poison(self) -> None:
         """Fill every output buffer of every rank with the NaN poison pattern."""

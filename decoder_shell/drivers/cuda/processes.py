@@ -45,6 +45,8 @@ def _worker(rank: int, device: int, cycle, variants, pdl: bool, barrier, conn):
                 out = session.write(rank, *args)
             elif op == "read":
                 out = session.read(rank, *args)
+            elif op == "read_many":
+                out = session.read_many(rank, *args)
             elif op == "expect":
                 out = session.set_expected(rank, *args)
             elif op == "poison":
@@ -136,6 +138,9 @@ class ProcessSession(Session):
 
     def read(self, rank, buffer_id):
         return self._ask(rank, "read", buffer_id)
+
+    def read_many(self, rank, buffer_ids):
+        return self._ask(rank, "read_many", list(buffer_ids))
 
     def set_expected(self, rank, buffer_id, value):
         self._ask(rank, "expect", buffer_id, value)
