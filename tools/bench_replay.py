@@ -156,6 +156,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=50)
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--cluster", action="store_true", help="also the thread-block-cluster mHC variant")
+    ap.add_argument("--fixed-width", action="store_true", help="also the fixed-width fused-m2/m4/m8 variants")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     drv = get_driver("cuda", placement="emulated")
@@ -169,10 +170,11 @@ def main():
         expected = reference(cyc, values)
         mh = [c.index for c in cyc.commands if c.op != "allreduce"]
         configs = {"shell baseline": (drv, {}), "shell baseline, plain edges (no PDL)": (plain, {}),
+                   "shell grid-barrier mHC": (drv, {i: "grid-barrier" for i in mh}),
                    "shell fused-allreduce-mhc": (drv, {i: "fused-allreduce-mhc" for i in mh})}
         if args.cluster:
             configs["shell cluster"] = (drv, {i: "cluster" for i in mh})
-        if m in (2, 4, 8):
+        if m in (2, 4, 8) and args.fixed_width:
             configs[f"shell fused-m{m}"] = (drv, {i: f"fused-m{m}" for i in mh})
         configs["floor: empty kernels"] = (drv, {c.index: "empty" for c in cyc.commands})
         row = {"M": m, "tp": args.tp, "commands_per_rank": len(cyc.commands)}

@@ -60,6 +60,8 @@ def random_variants(rng, cyc):
                 v[cmd.index] = "cluster-fused"
             elif p < 0.85:
                 v[cmd.index] = "sinkhorn-inline"
+            elif p < 0.95:
+                v[cmd.index] = "grid-barrier"
     return v
 
 

@@ -64,6 +64,22 @@ __device__ __forceinline__ void st_release_sys(u64* p, u64 v) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
 }
 
+// Thread-block clusters (sm_90+): rank in the cluster, cluster-wide barrier, distributed shared memory.
+__device__ __forceinline__ unsigned cluster_ctarank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+__device__ __forceinline__ float ld_dsmem(const float* p, unsigned rank) {
+  unsigned sa = (unsigned)__cvta_generic_to_shared(p), ra;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(sa), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
+  return v;
+}
+
 // ---- portable exp (numerics.pexp) ----------------------------------------------------------------
 __device__ __forceinline__ float pexp(float x) {
   x = fmaxf(fminf(x, 88.0f), -87.0f);
@@ -365,13 +381,66 @@ __device__ __forceinline__ void comb_rows(const MhcArgs& a, const float* mix_g) 
 // Q > 0 is the fast path for D = Q * LANES: a lane's elements i = lane + j*LANES then have
 // d = lane + (j mod Q)*LANES and k = j / Q, so each x[m, d] (or its all-reduce) and residual[m, :, d]
 // is loaded once and gives the lane's 4 stream values k = 0..3; they stay in registers for the collapse.
-template <int NOUT, int OPG, int RPB, int OP, bool FUSED, int Q>
+// Blocks of output groups 1.. are idle once they arrive: they pull the rank's next mHC weights into L2
+// (no kernel writes them), so the next mHC kernel's weight loads hit L2 instead of memory.
+__device__ __forceinline__ void prefetch_next(const MhcArgs& a) {
+  if (!a.next_fn) return;
+  const u64 lines = (a.next_fn_bytes + 127) / 128;
+  const u64 nidle = (u64)gridDim.x * gridDim.z * (gridDim.y - 1);
+  const u64 me = (((u64)blockIdx.z * (gridDim.y - 1) + blockIdx.y - 1) * gridDim.x + blockIdx.x) * BLOCK + threadIdx.x;
+  for (u64 l = me; l < lines; l += nidle * BLOCK)
+    asm volatile("prefetch.global.L2 [%0];" :: "l"((const char*)a.next_fn + l * 128));
+}
+
+// collapse: y[m, d] = ((p0*s0 + p1*s1) + p2*s2) + p3*s3 for the block's rows: from the stream values
+// the lanes hold (fast path), or from `streams` for the block's slice of d.
+template <int RPB, int Q>
+__device__ __forceinline__ void collapse(const MhcArgs& a, const float (*pre_s)[HC], const float (*sv)[Q > 0 ? HC * Q : 1],
+                                         int row0, int rows, int lane) {
+#ifndef ABL_NO_COLLAPSE
+  const int t = threadIdx.x, nbx = gridDim.x;
+  if constexpr (Q > 0) {
+#pragma unroll
+    for (int r = 0; r < RPB; r++)
+      if (r < rows)
+#pragma unroll
+        for (int q = 0; q < Q; q++) {
+          float v = MUL(pre_s[r][0], sv[r][q]);
+          v = ADD(v, MUL(pre_s[r][1], sv[r][Q + q]));
+          v = ADD(v, MUL(pre_s[r][2], sv[r][2 * Q + q]));
+          v = ADD(v, MUL(pre_s[r][3], sv[r][3 * Q + q]));
+          a.y[(size_t)(row0 + r) * a.D + lane + q * LANES] = f2bf(v);
+        }
+  } else {
+    const int per = (a.D + nbx - 1) / nbx, d0 = blockIdx.x * per, d1 = min(a.D, d0 + per);
+    for (int q = t; q < rows * per; q += BLOCK) {
+      const int r = q / per, d = d0 + q - r * per;
+      if (d >= d1) continue;
+      const bf16_t* sm = a.streams + (size_t)(row0 + r) * HC * a.D;
+      float v = MUL(pre_s[r][0], bf2f(__ldcg(sm + d)));
+      v = ADD(v, MUL(pre_s[r][1], bf2f(__ldcg(sm + a.D + d))));
+      v = ADD(v, MUL(pre_s[r][2], bf2f(__ldcg(sm + 2 * a.D + d))));
+      v = ADD(v, MUL(pre_s[r][3], bf2f(__ldcg(sm + 3 * a.D + d))));
+      a.y[(size_t)(row0 + r) * a.D + d] = f2bf(v);
+    }
+  }
+#endif
+}
+
+// CL (`cluster-pre`, sm_90+): the 8 lane-group blocks of a (output group, row group) form a cluster.
+// Output-group-0 clusters finish the tree for pre through distributed shared memory (no grid-wide
+// arrival at all); every block leaves its partials in scratch, and the Sinkhorn node (after this
+// kernel) turns them into the mixes, post and comb (split_sinkhorn == 2).
+template <int NOUT, int OPG, int RPB, int OP, bool FUSED, int Q, bool CL = false>
 __device__ void mhc_boundary(const MhcArgs& a) {
   constexpr int U = RPB <= 2 ? 8 : (RPB <= 4 ? 4 : 2);
   constexpr int NSV = Q > 0 ? HC * Q : 1;
   __shared__ float warp_part[RPB][OPG + 1][BLOCK / 32];
   __shared__ float pre_s[RPB][HC];
   __shared__ u64 target_s;
+  __shared__ float par_s[NOUT + 3];               // base, then scale: params, read before the wait
+  __shared__ float mix_s[SCALAR_ROWS * NOUT];     // block 0: the mixes, when M <= SCALAR_ROWS
+  __shared__ float cpart[RPB][HC + 1];            // CL: this block's sum of squares and pre partials
 
   const int nbx = gridDim.x;
   const int N = HC * a.D;
@@ -386,7 +455,9 @@ __device__ void mhc_boundary(const MhcArgs& a) {
 
   // Every block of the previous launch arrived before this launch began, and this block has not yet
   // arrived, so the count now lies in [n * nblocks, (n + 1) * nblocks) for this launch n.
-  if (t == 0) target_s = (*(volatile u64*)a.sync / nblocks + 1) * nblocks;
+  if (!CL && t == 0) target_s = (*(volatile u64*)a.sync / nblocks + 1) * nblocks;
+  if (t < NOUT) par_s[t] = __ldg(a.base + t);
+  if (t < (OP == OP_POST_HEAD ? 1 : 3)) par_s[NOUT + t] = __ldg(a.scale + t);
   float acc[RPB][OPG + 1];
 #pragma unroll
   for (int r = 0; r < RPB; r++)
@@ -481,7 +552,40 @@ __device__ void mhc_boundary(const MhcArgs& a) {
     const int r = q / (OPG + 1), o = q - r * (OPG + 1);
     if (o == 0 && !writer) continue;  // the sum of squares comes from output group 0
     const int slot = o == 0 ? 0 : o0 + o;
-    a.scratch[((size_t)(row0 + r) * nbx + blockIdx.x) * (NOUT + 1) + slot] = tree4(warp_part[r][o]);
+    const float part = tree4(warp_part[r][o]);
+    a.scratch[((size_t)(row0 + r) * nbx + blockIdx.x) * (NOUT + 1) + slot] = part;
+    if (CL && writer && slot <= HC) cpart[r][slot] = part;
+  }
+  if constexpr (CL) {
+    if (!writer) {  // partials left for the Sinkhorn node
+      prefetch_next(a);
+      return;
+    }
+    cluster_arrive();
+    cluster_wait();  // every block's cpart is visible cluster-wide
+    for (int q = t; q < rows * HC; q += BLOCK) {
+      const int r = q / HC, o = q - r * HC;
+      float v[LANES / BLOCK], ss[LANES / BLOCK];
+#pragma unroll
+      for (int b = 0; b < LANES / BLOCK; b++) {
+        v[b] = ld_dsmem(&cpart[r][o + 1], b);
+        ss[b] = ld_dsmem(&cpart[r][0], b);
+      }
+#pragma unroll
+      for (int step = 1; step < LANES / BLOCK; step <<= 1)
+#pragma unroll
+        for (int b = 0; b < LANES / BLOCK; b += 2 * step) {
+          v[b] = ADD(v[b], v[b + step]);
+          ss[b] = ADD(ss[b], ss[b + step]);
+        }
+      const float rs = DIV(1.0f, SQRT(ADD(DIV(ss[0], (float)N), a.norm_eps)));
+      pre_s[r][o] = ADD(psigmoid(ADD(MUL(MUL(v[0], rs), par_s[NOUT]), par_s[o])), a.hc_eps);
+    }
+    __syncthreads();
+    collapse<RPB, Q>(a, pre_s, sv, row0, rows, lane);
+    cluster_arrive();
+    cluster_wait();  // no block leaves while another may still read its shared memory
+    return;
   }
   __syncthreads();
   if (t == 0) {
@@ -489,15 +593,7 @@ __device__ void mhc_boundary(const MhcArgs& a) {
     atomicAdd(a.sync, 1ull);  // no return value used: a fire-and-forget reduction
   }
   if (!writer) {
-    // idle from here: pull the next boundary's weights into L2 (no kernel writes them), so the next
-    // mHC kernel's weight loads hit L2 instead of memory
-    if (a.next_fn) {
-      const u64 lines = (a.next_fn_bytes + 127) / 128;
-      const u64 nidle = (u64)nblocks - (u64)gridDim.x * gridDim.z;
-      const u64 me = (((u64)blockIdx.z * gridDim.y + blockIdx.y - 1 - blockIdx.z) * gridDim.x + blockIdx.x) * BLOCK + t;
-      for (u64 l = me; l < lines; l += nidle * BLOCK)
-        asm volatile("prefetch.global.L2 [%0];" :: "l"((const char*)a.next_fn + l * 128));
-    }
+    prefetch_next(a);
     return;
   }
   if (t == 0) {
@@ -527,45 +623,22 @@ __device__ void mhc_boundary(const MhcArgs& a) {
       }
     const float rs = DIV(1.0f, SQRT(ADD(DIV(ss[0], (float)N), a.norm_eps)));
     const float mix = MUL(v[0], rs);
-    if (leader) mix_g[q] = mix;
-    if (o < HC && m >= row0 && m < row0 + rows) pre_s[m - row0][o] = ADD(psigmoid(ADD(MUL(mix, a.scale[0]), a.base[o])), a.hc_eps);
+    if (leader) {
+      mix_g[q] = mix;
+      if (a.M <= SCALAR_ROWS) mix_s[q] = mix;
+    }
+    if (o < HC && m >= row0 && m < row0 + rows) pre_s[m - row0][o] = ADD(psigmoid(ADD(MUL(mix, par_s[NOUT]), par_s[o])), a.hc_eps);
   }
   __syncthreads();
 
-#ifndef ABL_NO_COLLAPSE
-  // collapse: y[m, d] = ((p0*s0 + p1*s1) + p2*s2) + p3*s3
-  if constexpr (Q > 0) {
-#pragma unroll
-    for (int r = 0; r < RPB; r++)
-      if (r < rows)
-#pragma unroll
-        for (int q = 0; q < Q; q++) {
-          float v = MUL(pre_s[r][0], sv[r][q]);
-          v = ADD(v, MUL(pre_s[r][1], sv[r][Q + q]));
-          v = ADD(v, MUL(pre_s[r][2], sv[r][2 * Q + q]));
-          v = ADD(v, MUL(pre_s[r][3], sv[r][3 * Q + q]));
-          a.y[(size_t)(row0 + r) * a.D + lane + q * LANES] = f2bf(v);
-        }
-  } else {
-    const int per = (a.D + nbx - 1) / nbx, d0 = blockIdx.x * per, d1 = min(a.D, d0 + per);
-    for (int q = t; q < rows * per; q += BLOCK) {
-      const int r = q / per, d = d0 + q - r * per;
-      if (d >= d1) continue;
-      const bf16_t* sm = a.streams + (size_t)(row0 + r) * HC * a.D;
-      float v = MUL(pre_s[r][0], bf2f(__ldcg(sm + d)));
-      v = ADD(v, MUL(pre_s[r][1], bf2f(__ldcg(sm + a.D + d))));
-      v = ADD(v, MUL(pre_s[r][2], bf2f(__ldcg(sm + 2 * a.D + d))));
-      v = ADD(v, MUL(pre_s[r][3], bf2f(__ldcg(sm + 3 * a.D + d))));
-      a.y[(size_t)(row0 + r) * a.D + d] = f2bf(v);
-    }
-  }
-#endif
+  collapse<RPB, Q>(a, pre_s, sv, row0, rows, lane);
 
   // block 0: post and comb for the next boundary (comb in sinkhorn_kernel when split)
   if (leader && OP != OP_POST_HEAD) {
     for (int q = t; q < a.M * HC; q += BLOCK) {
       const int m = q / HC, h = q - m * HC;
-      a.post_out[q] = MUL(2.0f, psigmoid(ADD(MUL(mix_g[m * NOUT + HC + h], a.scale[1]), a.base[HC + h])));
+      const float mix = a.M <= SCALAR_ROWS ? mix_s[m * NOUT + HC + h] : mix_g[m * NOUT + HC + h];
+      a.post_out[q] = MUL(2.0f, psigmoid(ADD(MUL(mix, par_s[NOUT + 1]), par_s[HC + h])));
     }
     if (!a.split_sinkhorn) comb_rows<NOUT>(a, mix_g);
   }
@@ -573,10 +646,39 @@ __device__ void mhc_boundary(const MhcArgs& a) {
 
 // The Sinkhorn stage of an mHC post/pre boundary as its own node: it runs beside the next all-reduce
 // (both wait for the boundary kernel), so its serial chain of 39 normalizations leaves the critical path.
+// split_sinkhorn == 2 (cluster-pre): the boundary kernel left only block partials; this node also
+// finishes their tree into the mixes (same order as the boundary kernel) and writes post.
 extern "C" __global__ void __launch_bounds__(BLOCK) sinkhorn_kernel(const MhcArgs a) {
+  constexpr int NOUT = 24, NB = LANES / BLOCK;
   pdl_wait();
   pdl_trigger();
-  comb_rows<24>(a, a.scratch + (size_t)a.M * (LANES / BLOCK) * (24 + 1));
+  float* mix_g = a.scratch + (size_t)a.M * NB * (NOUT + 1);
+  if (a.split_sinkhorn == 2) {
+    const int N = HC * a.D;
+    for (int q = threadIdx.x; q < a.M * NOUT; q += BLOCK) {
+      const int m = q / NOUT, o = q - m * NOUT;
+      const float* p = a.scratch + (size_t)m * NB * (NOUT + 1);
+      float v[NB], ss[NB];
+#pragma unroll
+      for (int b = 0; b < NB; b++) {
+        v[b] = __ldcg(p + b * (NOUT + 1) + o + 1);
+        ss[b] = __ldcg(p + b * (NOUT + 1));
+      }
+#pragma unroll
+      for (int step = 1; step < NB; step <<= 1)
+#pragma unroll
+        for (int b = 0; b < NB; b += 2 * step) {
+          v[b] = ADD(v[b], v[b + step]);
+          ss[b] = ADD(ss[b], ss[b + step]);
+        }
+      const float rs = DIV(1.0f, SQRT(ADD(DIV(ss[0], (float)N), a.norm_eps)));
+      const float mix = MUL(v[0], rs);
+      mix_g[q] = mix;
+      if (o >= HC && o < 2 * HC) a.post_out[m * HC + o - HC] = MUL(2.0f, psigmoid(ADD(MUL(mix, a.scale[1]), a.base[o])));
+    }
+    __syncthreads();
+  }
+  comb_rows<24>(a, mix_g);
 }
 
 // ---- mHC boundary on a thread-block cluster (sm_90+) ----------------------------------------------
@@ -585,21 +687,6 @@ extern "C" __global__ void __launch_bounds__(BLOCK) sinkhorn_kernel(const MhcArg
 // one half). The cross-block part of the lane tree goes through distributed shared memory behind
 // cluster barriers instead of global memory and atomics. Block 0 computes rsqrt and pre, releases
 // the others to collapse y, and computes post and the Sinkhorn comb meanwhile. Needs D = Q*1024.
-__device__ __forceinline__ unsigned cluster_ctarank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-__device__ __forceinline__ float ld_dsmem(const float* p, unsigned rank) {
-  unsigned sa = (unsigned)__cvta_generic_to_shared(p), ra;
-  float v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(sa), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
-  return v;
-}
-
 #define CLUSTER 8
 template <int NOUT, int OP, bool FUSED, int Q>
 __device__ void mhc_cluster(const MhcArgs& a) {

@@ -48,8 +48,10 @@ def outputs_per_block(op: str, rows: int) -> int:
 OPNAME = {"mhc_pre": "OP_PRE", "mhc_post_pre": "OP_POST_PRE", "mhc_post_head": "OP_POST_HEAD"}
 
 VARIANTS = {
-    "baseline": "the replay's own kernels: one-shot all-reduce node + mHC node (one row per block) + Sinkhorn node "
-                "beside the next all-reduce",
+    "baseline": "the replay's own kernels: one-shot all-reduce node + mHC node (one row per block; on sm_90+ its "
+                "8-block clusters finish pre through distributed shared memory) + Sinkhorn node beside the next all-reduce",
+    "grid-barrier": "the mHC kernel without clusters: pre's tree after one grid-wide arrival on a 64-bit counter, "
+                    "mixes and post in block 0",
     "sinkhorn-inline": "the baseline mHC kernel computing the Sinkhorn comb itself (no separate node)",
     "delete": "no node at all (deletion-only upper bound; outputs stay poisoned)",
     "copy": "a copy of the command's expected outputs instead of the command (deletion-only bound)",
@@ -82,10 +84,11 @@ class KernelSpec:
     q: int = 0  # D / LANES on the fast path (D a multiple of LANES), else 0
     cluster: bool = False
     opg: int = 8  # projection outputs per block
+    clpre: bool = False  # cluster-pre
 
     @property
     def entry(self) -> str:
-        kind = "cl" if self.cluster else f"r{self.rows_per_block}_o{self.opg}"
+        kind = "cl" if self.cluster else f"r{self.rows_per_block}_o{self.opg}{'_cp' if self.clpre else ''}"
         return f"mhc_{self.op[4:]}_{kind}_q{self.q}{'_fused' if self.fused else ''}"
 
     @property
@@ -97,9 +100,10 @@ class KernelSpec:
             return (f'extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__({self.threads}) '
                     f'{self.entry}(const MhcArgs a) {{ mhc_cluster<{NOUT[self.op]}, {OPNAME[self.op]}, '
                     f'{"true" if self.fused else "false"}, {self.q}>(a); }}\n')
-        return (f'extern "C" __global__ void __launch_bounds__(BLOCK) {self.entry}(const MhcArgs a) '
+        dims = "__cluster_dims__(8, 1, 1) " if self.clpre else ""
+        return (f'extern "C" __global__ void {dims}__launch_bounds__(BLOCK) {self.entry}(const MhcArgs a) '
                 f'{{ mhc_boundary<{NOUT[self.op]}, {self.opg}, {self.rows_per_block}, {OPNAME[self.op]}, '
-                f'{"true" if self.fused else "false"}, {self.q}>(a); }}\n')
+                f'{"true" if self.fused else "false"}, {self.q}, {"true" if self.clpre else "false"}>(a); }}\n')
 
 
 class Arena:
@@ -226,7 +230,7 @@ class CudaSession(Session):
             if v in FUSED_VARIANTS and (idx == 0 or cmds[idx - 1].op != "allreduce"
                                         or self.variants.get(idx - 1) not in (None, "baseline", "oneshot")):
                 raise UsageError(f"{v} needs a plain all-reduce right before {cmds[idx].boundary.name}")
-            if v.startswith("cluster"):
+            if v in ("cluster", "cluster-fused"):
                 d = self.cycle.geometry.hidden
                 if d % LANES or d // LANES > 8:
                     raise UsageError(f"{v} needs a hidden size that is a multiple of {LANES} (at most {8 * LANES}); D={d}")
@@ -247,10 +251,13 @@ class CudaSession(Session):
         rows = self.cycle.geometry.phase(cmd.boundary.phase).rows
         rpb = min(int(v[7:]) if v.startswith("fused-m") else 1, rows)
         d = self.cycle.geometry.hidden
-        if v.startswith("cluster"):
+        if v in ("cluster", "cluster-fused"):
             return KernelSpec(cmd.op, 1, v == "cluster-fused", d // LANES, cluster=True)
         q = d // LANES if d % LANES == 0 and d // LANES <= 8 and rpb * 4 * (d // LANES) <= 64 else 0
-        return KernelSpec(cmd.op, rpb, v == "fused-allreduce-mhc", q, opg=outputs_per_block(cmd.op, rows))
+        opg = outputs_per_block(cmd.op, rows)
+        # clusters finish pre from output group 0 alone, which then has to hold all HC pre outputs
+        return KernelSpec(cmd.op, rpb, v == "fused-allreduce-mhc", q, opg=opg,
+                          clpre=v == "baseline" and int(self.arch[3:]) >= 90 and opg >= 4)
 
     # --- modules ----------------------------------------------------------------------------
     def _build_modules(self):
@@ -339,7 +346,8 @@ class CudaSession(Session):
         a.M, a.D = rows, g.hidden
         a.sinkhorn_iters = g.mhc.sinkhorn_iters
         a.hc_eps, a.norm_eps = g.mhc.hc_eps, g.mhc.norm_eps
-        a.split_sinkhorn = int("next_comb" in outs and self.variants.get(cmd.index) != "sinkhorn-inline")
+        a.split_sinkhorn = (0 if "next_comb" not in outs or self.variants.get(cmd.index) == "sinkhorn-inline"
+                            else 2 if sp.clpre else 1)
         nxt = self._next_mhc.get(cmd.index)
         if nxt is not None and os.environ.get("DECODER_SHELL_CUDA_PREFETCH", "1") != "0":
             a.next_fn = self.addr(rank, nxt.inputs["fn"])
