@@ -350,6 +350,19 @@ __device__ __forceinline__ float sinkhorn_lane(float c, int j, int k, unsigned r
   return c;
 }
 
+// The cross-block end of the lane tree: the 8 lane-group blocks' partials of one dot product and of
+// the sum of squares, in adjacent pairs, then mix = dot * (1 / sqrt(sum / N + eps)) as the contract has it.
+__device__ __forceinline__ float block_mix(float (&v)[LANES / BLOCK], float (&ss)[LANES / BLOCK], int N, float eps) {
+#pragma unroll
+  for (int step = 1; step < LANES / BLOCK; step <<= 1)
+#pragma unroll
+    for (int b = 0; b < LANES / BLOCK; b += 2 * step) {
+      v[b] = ADD(v[b], v[b + step]);
+      ss[b] = ADD(ss[b], ss[b + step]);
+    }
+  return MUL(v[0], DIV(1.0f, SQRT(ADD(DIV(ss[0], (float)N), eps))));
+}
+
 // Sum of the 4 warps' values in adjacent-pair order ((w0+w1)+(w2+w3)).
 __device__ __forceinline__ float tree4(const float* w) { return ADD(ADD(w[0], w[1]), ADD(w[2], w[3])); }
 
@@ -571,15 +584,7 @@ __device__ void mhc_boundary(const MhcArgs& a) {
         v[b] = ld_dsmem(&cpart[r][o + 1], b);
         ss[b] = ld_dsmem(&cpart[r][0], b);
       }
-#pragma unroll
-      for (int step = 1; step < LANES / BLOCK; step <<= 1)
-#pragma unroll
-        for (int b = 0; b < LANES / BLOCK; b += 2 * step) {
-          v[b] = ADD(v[b], v[b + step]);
-          ss[b] = ADD(ss[b], ss[b + step]);
-        }
-      const float rs = DIV(1.0f, SQRT(ADD(DIV(ss[0], (float)N), a.norm_eps)));
-      pre_s[r][o] = ADD(psigmoid(ADD(MUL(MUL(v[0], rs), par_s[NOUT]), par_s[o])), a.hc_eps);
+      pre_s[r][o] = ADD(psigmoid(ADD(MUL(block_mix(v, ss, N, a.norm_eps), par_s[NOUT]), par_s[o])), a.hc_eps);
     }
     __syncthreads();
     collapse<RPB, Q>(a, pre_s, sv, row0, rows, lane);
@@ -614,15 +619,7 @@ __device__ void mhc_boundary(const MhcArgs& a) {
       v[b] = __ldcg(p + b * (NOUT + 1) + o + 1);
       ss[b] = __ldcg(p + b * (NOUT + 1));
     }
-#pragma unroll
-    for (int step = 1; step < LANES / BLOCK; step <<= 1)
-#pragma unroll
-      for (int b = 0; b < LANES / BLOCK; b += 2 * step) {
-        v[b] = ADD(v[b], v[b + step]);
-        ss[b] = ADD(ss[b], ss[b + step]);
-      }
-    const float rs = DIV(1.0f, SQRT(ADD(DIV(ss[0], (float)N), a.norm_eps)));
-    const float mix = MUL(v[0], rs);
+    const float mix = block_mix(v, ss, N, a.norm_eps);
     if (leader) {
       mix_g[q] = mix;
       if (a.M <= SCALAR_ROWS) mix_s[q] = mix;
@@ -664,15 +661,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK) sinkhorn_kernel(const MhcArg
         v[b] = __ldcg(p + b * (NOUT + 1) + o + 1);
         ss[b] = __ldcg(p + b * (NOUT + 1));
       }
-#pragma unroll
-      for (int step = 1; step < NB; step <<= 1)
-#pragma unroll
-        for (int b = 0; b < NB; b += 2 * step) {
-          v[b] = ADD(v[b], v[b + step]);
-          ss[b] = ADD(ss[b], ss[b + step]);
-        }
-      const float rs = DIV(1.0f, SQRT(ADD(DIV(ss[0], (float)N), a.norm_eps)));
-      const float mix = MUL(v[0], rs);
+      const float mix = block_mix(v, ss, N, a.norm_eps);
       mix_g[q] = mix;
       if (o >= HC && o < 2 * HC) a.post_out[m * HC + o - HC] = MUL(2.0f, psigmoid(ADD(MUL(mix, a.scale[1]), a.base[o])));
     }
@@ -759,15 +748,7 @@ __device__ void mhc_cluster(const MhcArgs& a) {
         v[b] = ld_dsmem(&part[t + 1], b);
         ss[b] = ld_dsmem(&part[0], b);
       }
-#pragma unroll
-      for (int step = 1; step < CLUSTER; step <<= 1)
-#pragma unroll
-        for (int b = 0; b < CLUSTER; b += 2 * step) {
-          v[b] = ADD(v[b], v[b + step]);
-          ss[b] = ADD(ss[b], ss[b + step]);
-        }
-      const float rs = DIV(1.0f, SQRT(ADD(DIV(ss[0], (float)N), a.norm_eps)));
-      const float mix = MUL(v[0], rs);
+      const float mix = block_mix(v, ss, N, a.norm_eps);
       mix_s[t] = mix;
       if (a.split_sinkhorn) a.scratch[(size_t)a.M * (LANES / BLOCK) * (NOUT + 1) + m * NOUT + t] = mix;
       if (t < HC) pre_s[t] = ADD(psigmoid(ADD(MUL(mix, a.scale[0]), a.base[t])), a.hc_eps);
