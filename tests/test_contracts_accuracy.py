@@ -14,47 +14,13 @@ from decoder_shell.contracts import mhc as C
 from decoder_shell.contracts.numerics import BF16
 
 torch = pytest.importorskip("torch")
-F = torch.nn.functional
 tmod = pytest.importorskip("transformers.models.deepseek_v4.modeling_deepseek_v4")
 tcfg = pytest.importorskip("transformers.models.deepseek_v4.configuration_deepseek_v4")
 
-HC, ITERS, EPS = 4, 20, 1e-6
+from decoder_shell.contracts.official import (EPS, HC, ITERS, official_head, official_post,  # noqa: E402
+                                              official_pre, rel, significant, ulp)
+
 D, M, SEEDS = 1024, 2, 6
-
-
-# --- official formulas (DeepSeek-V4 inference/model.py), any dtype ------------------------------
-def official_split(mixes, scale, base):
-    pre = torch.sigmoid(mixes[..., :HC] * scale[0] + base[:HC]) + EPS
-    post = 2 * torch.sigmoid(mixes[..., HC:2 * HC] * scale[1] + base[HC:2 * HC])
-    comb = mixes[..., 2 * HC:].unflatten(-1, (HC, HC)) * scale[2] + base[2 * HC:].view(HC, HC)
-    comb = torch.softmax(comb, dim=-1) + EPS
-    comb = comb / (comb.sum(-2, keepdim=True) + EPS)
-    for _ in range(ITERS - 1):
-        comb = comb / (comb.sum(-1, keepdim=True) + EPS)
-        comb = comb / (comb.sum(-2, keepdim=True) + EPS)
-    return pre, post, comb
-
-
-def official_mixes(streams, fn, dt):
-    x = streams.flatten(-2).to(dt)
-    return F.linear(x, fn.to(dt)) * torch.rsqrt(x.square().mean(-1, keepdim=True) + EPS), x
-
-
-def official_pre(streams, fn, base, scale, dt):
-    mixes, x = official_mixes(streams, fn, dt)
-    pre, post, comb = official_split(mixes, scale.to(dt), base.to(dt))
-    return torch.sum(pre.unsqueeze(-1) * x.view(streams.shape), dim=-2), post, comb
-
-
-def official_post(x, residual, post, comb, dt):
-    x, residual, post, comb = (t.to(dt) for t in (x, residual, post, comb))
-    return post.unsqueeze(-1) * x.unsqueeze(-2) + torch.sum(comb.unsqueeze(-1) * residual.unsqueeze(-2), dim=-3)
-
-
-def official_head(streams, fn, base, scale, dt):
-    mixes, x = official_mixes(streams, fn, dt)
-    pre = torch.sigmoid(mixes * scale.to(dt)[0] + base.to(dt)) + EPS
-    return torch.sum(pre.unsqueeze(-1) * x.view(streams.shape), dim=-2)
 
 
 # --- helpers -----------------------------------------------------------------------------------
@@ -69,24 +35,6 @@ def rounded(t, like: np.ndarray) -> np.ndarray:
     if like.dtype == BF16 and t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(BF16)
     return t.double().numpy().astype(like.dtype)
-
-
-def ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    def ordered(x):
-        u = x.view(np.uint16 if x.dtype.itemsize == 2 else np.uint32).astype(np.int64)
-        s = 1 << (x.dtype.itemsize * 8 - 1)
-        return np.where(u & s, -(u & (s - 1)), u)
-    return np.abs(ordered(a) - ordered(b))
-
-
-def significant(exact: np.ndarray) -> np.ndarray:
-    """Leave out near-cancellations (|v| < 1e-3 rms), where any fp32 sum is many ulp off."""
-    return np.abs(exact) >= 1e-3 * np.sqrt(np.mean(exact ** 2))
-
-
-def rel(a: np.ndarray, exact: np.ndarray) -> float:
-    m = significant(exact)
-    return float(np.max(np.abs(a.astype(np.float64)[m] - exact[m]) / np.abs(exact[m])))
 
 
 def params(rng, head=False):
@@ -135,23 +83,23 @@ def test_hc_pre_outputs_close_to_float64(cases):
         for name, ref in (("post", post64), ("comb", comb64)):
             exact = ref.numpy()
             assert rel(out[name], exact) < 1e-5, name
-            assert ulps(out[name], rounded(ref, out[name]))[significant(exact)].max() <= 64, name
+            assert ulp(out[name], rounded(ref, out[name]))[significant(exact)].max() <= 64, name
         # y: one fp32 sum of 4 products, rounded once: within 1 bf16 ulp of the correctly rounded value
-        assert ulps(out["y"], rounded(y64, out["y"]))[significant(y64.numpy())].max() <= 1
+        assert ulp(out["y"], rounded(y64, out["y"]))[significant(y64.numpy())].max() <= 1
 
 
 def test_hc_post_streams_close_to_float64(cases):
     for out, x, prev in post_pairs(cases):
         s64 = official_post(*map(tt, (x, prev["streams"], prev["post"], prev["comb"])), torch.float64)
         exact = s64.numpy()
-        assert ulps(out["streams"], rounded(s64, out["streams"]))[significant(exact)].max() <= 1
+        assert ulp(out["streams"], rounded(s64, out["streams"]))[significant(exact)].max() <= 1
         assert rel(out["streams"], exact) <= 2.0 ** -8 * 1.01
 
 
 def test_head_close_to_float64(cases):
     for c in cases:
         y64 = official_head(tt(c["last"]["streams"]), *map(tt, c["ph"]), torch.float64)
-        assert ulps(c["last"]["y"], rounded(y64, c["last"]["y"]))[significant(y64.numpy())].max() <= 1
+        assert ulp(c["last"]["y"], rounded(y64, c["last"]["y"]))[significant(y64.numpy())].max() <= 1
 
 
 def test_contract_is_at_least_as_accurate_as_official_fp32(cases):
@@ -181,7 +129,7 @@ def test_matches_transformers_hyper_connection(cases, tf_modules):
         assert y.dtype == torch.bfloat16 and post.dtype == comb.dtype == torch.float32
         assert rel(out["post"], post[0].double().numpy()) < 1e-5
         assert rel(out["comb"], comb[0].double().numpy()) < 1e-5
-        d = ulps(out["y"], rounded(y[0], out["y"]))
+        d = ulp(out["y"], rounded(y[0], out["y"]))
         assert d.max() <= 1
         total += d.size
         differ += int(np.count_nonzero(d))
@@ -197,7 +145,7 @@ def test_matches_transformers_hyper_head(cases, tf_modules):
         head.hc_base.copy_(tt(base))
         head.hc_scale.copy_(tt(scale))
         y = head(tt(c["last"]["streams"]).unsqueeze(0))[0]
-        assert ulps(c["last"]["y"], rounded(y, c["last"]["y"])).max() <= 1
+        assert ulp(c["last"]["y"], rounded(y, c["last"]["y"])).max() <= 1
 
 
 @torch.no_grad()

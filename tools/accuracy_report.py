@@ -22,51 +22,11 @@ import time
 import ml_dtypes
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from decoder_shell.contracts import mhc as C
 from decoder_shell.contracts.numerics import BF16
-
-HC, ITERS, EPS = 4, 20, 1e-6
-
-
-# --- the official formulas, in any torch dtype ---------------------------------------------------
-def split_sinkhorn(mixes, scale, base, dt):
-    hc = HC
-    pre = torch.sigmoid(mixes[..., :hc] * scale[0] + base[:hc]) + EPS
-    post = 2 * torch.sigmoid(mixes[..., hc:2 * hc] * scale[1] + base[hc:2 * hc])
-    comb = mixes[..., 2 * hc:].unflatten(-1, (hc, hc)) * scale[2] + base[2 * hc:].view(hc, hc)
-    comb = torch.softmax(comb, dim=-1) + EPS
-    comb = comb / (comb.sum(-2, keepdim=True) + EPS)
-    for _ in range(ITERS - 1):
-        comb = comb / (comb.sum(-1, keepdim=True) + EPS)
-        comb = comb / (comb.sum(-2, keepdim=True) + EPS)
-    return pre, post, comb
-
-
-def official_pre(streams, fn, base, scale, dt):
-    shape = streams.shape
-    x = streams.flatten(-2).to(dt)
-    rsqrt = torch.rsqrt(x.square().mean(-1, keepdim=True) + EPS)
-    mixes = F.linear(x, fn.to(dt)) * rsqrt
-    pre, post, comb = split_sinkhorn(mixes, scale.to(dt), base.to(dt), dt)
-    y = torch.sum(pre.unsqueeze(-1) * x.view(shape), dim=-2)
-    return y, post, comb
-
-
-def official_post(x, residual, post, comb, dt):
-    x, residual, post, comb = x.to(dt), residual.to(dt), post.to(dt), comb.to(dt)
-    return post.unsqueeze(-1) * x.unsqueeze(-2) + torch.sum(comb.unsqueeze(-1) * residual.unsqueeze(-2), dim=-3)
-
-
-def official_head(streams, fn, base, scale, dt):
-    shape = streams.shape
-    x = streams.flatten(-2).to(dt)
-    rsqrt = torch.rsqrt(x.square().mean(-1, keepdim=True) + EPS)
-    mixes = F.linear(x, fn.to(dt)) * rsqrt
-    pre = torch.sigmoid(mixes * scale.to(dt)[0] + base.to(dt)) + EPS
-    return torch.sum(pre.unsqueeze(-1) * x.view(shape), dim=-2)
-
+from decoder_shell.contracts.official import (EPS, HC, ITERS, official_head, official_post, official_pre, rel,
+                                              significant, ulp)
 
 # --- transformers ------------------------------------------------------------------------------
 class Transformers:
@@ -116,32 +76,9 @@ def to_numpy(t: torch.Tensor, like: np.ndarray) -> np.ndarray:
     return t.to(torch.float64).numpy().astype(np.float32) if t.dtype != torch.float32 else t.numpy()
 
 
-def ordered(a: np.ndarray) -> np.ndarray:
-    b = a.view(np.uint16 if a.dtype.itemsize == 2 else np.uint32).astype(np.int64)
-    sign = 1 << (a.dtype.itemsize * 8 - 1)
-    return np.where(b & sign, -(b & (sign - 1)), b)
-
-
-def ulp(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.abs(ordered(a) - ordered(b))
-
-
-def significant(exact: np.ndarray) -> np.ndarray:
-    """Elements whose exact value is at least 1e-3 of the output's rms. Near a cancellation the
-    absolute error of any fp32 sum is many ulp of the tiny result; such elements say nothing about
-    the order of evaluation, so the ulp and relative-error columns leave them out."""
-    return np.abs(exact) >= 1e-3 * np.sqrt(np.mean(exact ** 2))
-
-
 def max_ulp(a: np.ndarray, b: np.ndarray, exact: np.ndarray) -> int:
     m = significant(exact)
     return int(ulp(a, b)[m].max()) if m.any() else 0
-
-
-def rel(a: np.ndarray, exact: np.ndarray) -> float:
-    m = significant(exact)
-    a = a.astype(np.float64)
-    return float(np.max(np.abs(a[m] - exact[m]) / np.abs(exact[m]))) if m.any() else 0.0
 
 
 class Stat:
