@@ -325,6 +325,34 @@ __device__ __forceinline__ void lane_streams(const MhcArgs& a, int m, int lane, 
   }
 }
 
+// The lane's dot products in the contract's lane order: the sum of squares (acc[r][0]) and the OPG
+// outputs o0.. (acc[r][1 + o]) over its 4*Q stream values per row; f holds the first UF lane steps of
+// weights (already requested), the rest are loaded UF steps at a time.
+template <int RPB, int OPG, int UF, int Q>
+__device__ __forceinline__ void lane_dots(const MhcArgs& a, float (&f)[UF][OPG], const float (&sv)[RPB][HC * Q],
+                                          float (&acc)[RPB][OPG + 1], int o0, int lane, int N) {
+#pragma unroll
+  for (int j0 = 0; j0 < HC * Q; j0 += UF) {
+    if (j0 > 0) {
+#pragma unroll
+      for (int u = 0; u < UF; u++)
+        if (j0 + u < HC * Q)
+#pragma unroll
+          for (int o = 0; o < OPG; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + (j0 + u) * LANES);
+    }
+#pragma unroll
+    for (int u = 0; u < UF; u++)
+      if (j0 + u < HC * Q)
+#pragma unroll
+        for (int r = 0; r < RPB; r++) {
+          const float sq = sv[r][j0 + u];
+          acc[r][0] = ADD(acc[r][0], MUL(sq, sq));
+#pragma unroll
+          for (int o = 0; o < OPG; o++) acc[r][o + 1] = ADD(acc[r][o + 1], MUL(sq, f[u][o]));
+        }
+  }
+}
+
 // Softmax over k, + eps, then the Sinkhorn normalizations (col, then (row, col) x (iters - 1)), for
 // the comb entry (j, k) this lane owns; the 16 lanes rowbase .. rowbase+15 of the warp hold one row's
 // 4x4 comb, and row/column sums gather their 4 values with shuffles and add them left to right.
@@ -495,26 +523,7 @@ __device__ void mhc_boundary(const MhcArgs& a) {
 #pragma unroll
     for (int r = 0; r < RPB; r++)
       if (r < rows) lane_streams<OP, FUSED, Q>(a, row0 + r, lane, writer, sv[r]);
-#pragma unroll
-    for (int j0 = 0; j0 < HC * Q; j0 += UF) {
-      if (j0 > 0) {
-#pragma unroll
-        for (int u = 0; u < UF; u++)
-          if (j0 + u < HC * Q)
-#pragma unroll
-            for (int o = 0; o < OPG; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + (j0 + u) * LANES);
-      }
-#pragma unroll
-      for (int u = 0; u < UF; u++)
-        if (j0 + u < HC * Q)
-#pragma unroll
-          for (int r = 0; r < RPB; r++) {
-            const float sq = sv[r][j0 + u];
-            acc[r][0] = ADD(acc[r][0], MUL(sq, sq));
-#pragma unroll
-            for (int o = 0; o < OPG; o++) acc[r][o + 1] = ADD(acc[r][o + 1], MUL(sq, f[u][o]));
-          }
-    }
+    lane_dots<RPB, OPG, UF, Q>(a, f, sv, acc, o0, lane, N);
 #endif
   } else {
     pdl_wait();
@@ -700,33 +709,16 @@ __device__ void mhc_cluster(const MhcArgs& a) {
 
   pdl_wait();
   pdl_trigger();
-  float sv[HC * Q];
-  lane_streams<OP, FUSED, Q>(a, m, lane, half == 0, sv);
+  float sv[1][HC * Q];
+  lane_streams<OP, FUSED, Q>(a, m, lane, half == 0, sv[0]);
 
-  float acc[OPT + 1];
+  float acc[1][OPT + 1];
 #pragma unroll
-  for (int o = 0; o <= OPT; o++) acc[o] = 0.0f;
-#pragma unroll
-  for (int j0 = 0; j0 < HC * Q; j0 += UF) {
-    if (j0 > 0) {
-#pragma unroll
-      for (int u = 0; u < UF; u++)
-        if (j0 + u < HC * Q)
-#pragma unroll
-          for (int o = 0; o < OPT; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + (j0 + u) * LANES);
-    }
-#pragma unroll
-    for (int u = 0; u < UF; u++)
-      if (j0 + u < HC * Q) {
-        const float s = sv[j0 + u];
-        acc[0] = ADD(acc[0], MUL(s, s));
-#pragma unroll
-        for (int o = 0; o < OPT; o++) acc[o + 1] = ADD(acc[o + 1], MUL(s, f[u][o]));
-      }
-  }
+  for (int o = 0; o <= OPT; o++) acc[0][o] = 0.0f;
+  lane_dots<1, OPT, UF, Q>(a, f, sv, acc, o0, lane, N);
 #pragma unroll
   for (int o = 0; o <= OPT; o++) {
-    float v = acc[o];
+    float v = acc[0][o];
 #pragma unroll
     for (int off = 1; off < 32; off <<= 1) v = ADD(v, __shfl_down_sync(0xffffffffu, v, off));
     if ((tl & 31) == 0) warp_part[half][o][tl >> 5] = v;
