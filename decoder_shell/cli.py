@@ -22,12 +22,14 @@ def add_geometry_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-rows", type=int, default=1, help="rows of the draft phase; 0 for none (default 1)")
     p.add_argument("--draft-kind", default="mtp1", choices=sorted(DRAFT_KINDS), help="draft model shape")
     p.add_argument("--reduce-dtype", default="bfloat16", choices=REDUCE_DTYPES, help="all-reduce dtype")
+    p.add_argument("--fused-norm", action="store_true",
+                   help="hc_pre's layer input is RMSNorm(collapse) * norm_weight, as vLLM computes it")
 
 
 def geometry_from(args):
     from .geometry import preset
     return preset(args.preset, tp=args.tp, verify_rows=args.verify_rows, draft_rows=args.draft_rows,
-                  draft_kind=args.draft_kind, reduce_dtype=args.reduce_dtype)
+                  draft_kind=args.draft_kind, reduce_dtype=args.reduce_dtype, fused_norm=args.fused_norm)
 
 
 def open_corpus(path):

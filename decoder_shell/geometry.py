@@ -7,6 +7,11 @@ A phase with S sub-blocks has this boundary list (index order is execution order
   2s+3         mhc_post_pre   hc_post of sub-block s, hc_pre of sub-block s+1 (s < S-1)
   2S+1         mhc_post_head  hc_post of the last sub-block, then the head collapse
 so a phase has S+1 reductions and S-1 post/pre boundaries (dsv4-flash verify: 87 and 85).
+
+vLLM's DeepSeek-V4 differs in two places, both part of the geometry: its hc_pre fuses the next
+sub-block's RMSNorm (`fused_norm`: the layer input is RMSNorm(collapse) * norm_weight), and its MTP
+draft (`draft_kind="vllm-mtp"`) starts from streams it builds itself (h_proj + e_proj, no broadcast of
+the reduced embedding), so boundary 1 of that draft phase is `mhc_pre_streams`.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from .errors import UsageError
 REDUCE_DTYPES = ("bfloat16", "float32")
 #: Bounds that keep every tensor a corpus can declare far below what a host can allocate.
 MAX_HIDDEN, MAX_LAYERS, MAX_ROWS = 65536, 1024, 1024
-DRAFT_KINDS = {"mtp1": 1, "dspark": 3}  # draft kind -> stages (each stage: attention + MoE)
+DRAFT_KINDS = {"mtp1": 1, "dspark": 3, "vllm-mtp": 1}  # draft kind -> stages (each stage: attention + MoE)
+#: Draft kinds whose first mHC boundary takes streams the draft built (not the broadcast embedding).
+STREAM_DRAFTS = ("vllm-mtp",)
 
 
 @dataclass(frozen=True)
@@ -43,10 +50,11 @@ class Phase:
     name: str
     rows: int
     sub_blocks: int
+    first: str = "mhc_pre"  # or "mhc_pre_streams" (vLLM's MTP draft)
 
     def boundaries(self) -> list[Boundary]:
         out = [Boundary(self.name, 0, "allreduce", -1, "embed"),
-               Boundary(self.name, 1, "mhc_pre", 0, "attn")]
+               Boundary(self.name, 1, self.first, 0, "attn")]
         for s in range(self.sub_blocks):
             layer, sb = divmod(s, 2)
             kind = ("attn", "ffn")[sb]
@@ -69,11 +77,14 @@ class Geometry:
     hc: int = 4
     reduce_dtype: str = "bfloat16"
     mhc: MhcParams = field(default_factory=MhcParams)
+    fused_norm: bool = False  # hc_pre's y is RMSNorm(collapse) * norm_weight (vLLM)
 
     def __post_init__(self):
         for name in ("hidden", "layers", "ranks", "verify_rows", "draft_rows", "hc"):
             if not isinstance(getattr(self, name), int) or isinstance(getattr(self, name), bool):
                 raise UsageError(f"geometry field {name!r} must be an integer")
+        if not isinstance(self.fused_norm, bool):
+            raise UsageError("geometry field 'fused_norm' must be true or false")
         checks = [
             (1 <= self.hidden <= MAX_HIDDEN, f"hidden size must be between 1 and {MAX_HIDDEN}"),
             (1 <= self.layers <= MAX_LAYERS, f"layers must be between 1 and {MAX_LAYERS}"),
@@ -92,7 +103,8 @@ class Geometry:
     def phases(self) -> list[Phase]:
         out = []
         if self.draft_rows:
-            out.append(Phase("draft", self.draft_rows, 2 * DRAFT_KINDS[self.draft_kind]))
+            first = "mhc_pre_streams" if self.draft_kind in STREAM_DRAFTS else "mhc_pre"
+            out.append(Phase("draft", self.draft_rows, 2 * DRAFT_KINDS[self.draft_kind], first))
         out.append(Phase("verify", self.verify_rows, 2 * self.layers))
         return out
 
@@ -123,8 +135,8 @@ PRESETS = {
 
 
 def preset(name: str, *, tp: int = 2, verify_rows: int = 2, draft_rows: int = 1,
-           draft_kind: str = "mtp1", reduce_dtype: str = "bfloat16") -> Geometry:
+           draft_kind: str = "mtp1", reduce_dtype: str = "bfloat16", fused_norm: bool = False) -> Geometry:
     if name not in PRESETS:
         raise UsageError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
     return Geometry(preset=name, ranks=tp, verify_rows=verify_rows, draft_rows=draft_rows,
-                    draft_kind=draft_kind, reduce_dtype=reduce_dtype, **PRESETS[name])
+                    draft_kind=draft_kind, reduce_dtype=reduce_dtype, fused_norm=fused_norm, **PRESETS[name])

@@ -17,10 +17,11 @@ from ..commands import ops
 from ..commands.program import Command, Cycle, run_command
 from ..contracts import mhc
 from ..contracts.numerics import F32, seq_sum, to_bf16
+from ..contracts.rmsnorm import rmsnorm
 from ..errors import UsageError
 from .base import Driver, Session, poison_like
 
-_ALL = ("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head")
+_ALL = ("allreduce", "mhc_pre", "mhc_pre_streams", "mhc_post_pre", "mhc_post_head")
 _MHC = _ALL[1:]
 
 #: Variant name -> (ops it applies to, one-line description). "baseline" is what unnamed commands run.
@@ -142,13 +143,20 @@ def _np_split(mixes, base, scale, hc: int, p: mhc.MhcParams):
 
 def _np_pre(streams, t, p):
     pre, post, comb = _np_split(mhc.mhc_mixes(streams, t["fn"], p.norm_eps), t["base"], t["scale"], streams.shape[1], p)
-    return {"streams": streams, "y": mhc.collapse(pre, streams), "next_post": post, "next_comb": comb}
+    y = mhc.collapse(pre, streams)
+    if "norm_weight" in t:
+        y = rmsnorm(y, t["norm_weight"], p.norm_eps)
+    return {"streams": streams, "y": y, "next_post": post, "next_comb": comb}
 
 
 def _mhc_numpy_exp(op: str, t: dict, p: mhc.MhcParams, hc: int) -> dict:
     """One mHC op as the contract defines it, except that every exp is np.exp."""
     if op == "mhc_pre":
         return _np_pre(np.repeat(to_bf16(t["x"])[:, None, :], hc, axis=1), t, p)
+    if op == "mhc_pre_streams":
+        out = _np_pre(t["streams"], t, p)
+        del out["streams"]
+        return out
     streams = mhc.mhc_post(t["x"], t["residual"], t["post"], t["comb"])
     if op == "mhc_post_pre":
         return _np_pre(streams, t, p)

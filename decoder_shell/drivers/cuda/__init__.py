@@ -8,7 +8,7 @@ placement "auto" picks processes when the host has a GPU for every rank.
 from __future__ import annotations
 
 from ...errors import DriverUnavailable, UsageError
-from ..base import Driver
+from ..base import Driver, require_support
 from . import api
 from .session import VARIANTS, CudaSession
 
@@ -46,6 +46,8 @@ class CudaDriver(Driver):
         return "processes" if ranks > 1 and self.device_count >= ranks else "emulated"
 
     def load(self, cycle, variants=None):
+        require_support(cycle, "cuda", fused_norm=False,
+                        ops=("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head"))
         self._last = self.placement_for(cycle.ranks)
         if self._last == "processes":
             from .processes import ProcessSession

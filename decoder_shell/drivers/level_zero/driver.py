@@ -6,7 +6,7 @@ on the OpenCL CPU device it submits the prebuilt launch plan through SYCL (sycl_
 
 from __future__ import annotations
 
-from ..base import Driver
+from ..base import Driver, require_support
 from . import runtime
 
 
@@ -26,6 +26,8 @@ class LevelZeroDriver(Driver):
         return self._target
 
     def load(self, cycle, variants=None):
+        require_support(cycle, "level-zero", fused_norm=False,
+                        ops=("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head"))
         if self.kind == "gpu":
             from .ze_session import ZeSession
             return ZeSession(cycle, self.target, variants)
