@@ -87,6 +87,9 @@ class Coordinator:
         g = Geometry.from_json(req["geometry"])
         if g.ranks != self.plugin.world:
             raise ValueError(f"the service runs {self.plugin.world} ranks, the geometry says {g.ranks}")
+        refusal = self.plugin.arm_check(g) if self.plugin.arm_check else None
+        if refusal:
+            raise ValueError(refusal)
         cycles = req.get("cycles", 1)
         if not isinstance(cycles, int) or not 1 <= cycles <= MAX_CYCLES:
             raise ValueError(f"cycles must be an integer from 1 to {MAX_CYCLES}")

@@ -78,6 +78,8 @@ class CapturePlugin:
         self._progress: RankProgress | None = None
         self.coordinator = None
         self.link = None
+        self.group = None  # recorder.TpGroup: which process group's all-reduces are the cycle's
+        self.arm_check = None  # optional callable(Geometry) -> reason to refuse an arm, or None
         if rank == 0:
             self.coordinator = coordinator_factory(self)
             self.hub = RankHub(self.run_dir, world, self.coordinator.on_message, self.coordinator.on_lost)
@@ -103,11 +105,12 @@ class CapturePlugin:
             return NULL
         return active.phase(name)
 
-    def record_mhc(self, kind, streams, fn, base, scale, y, post=None, comb=None):
+    def record_mhc(self, kind, streams, fn, base, scale, y, post=None, comb=None, norm_weight=None, x=None):
         """Explicit marker for services whose mHC is not a transformers module."""
         rec = self._recorder
         if rec is not None:
-            rec.guard(rec.record_mhc, kind, streams, fn, base, scale, y, post, comb)
+            rec.guard(rec.record_mhc, kind, streams, fn, base, scale, y, post, comb,
+                      norm_weight=norm_weight, x=x)
 
     @property
     def armed(self) -> bool:
@@ -151,7 +154,7 @@ class _CycleCapture:
     def phase(self, name: str):
         if name not in self.wanted:
             return NULL
-        rec = _ActivePhase(self.plugin, PhaseRecorder(name, self.arm.geometry.ranks))
+        rec = _ActivePhase(self.plugin, PhaseRecorder(name, self.arm.geometry.ranks, self.plugin.group))
         self.phases[name] = rec.recorder
         return rec
 
