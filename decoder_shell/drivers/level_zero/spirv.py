@@ -21,7 +21,7 @@ from ...errors import DriverUnavailable
 
 KERNEL_DIR = Path(__file__).with_name("kernels")
 #: Concatenated in this order into one translation unit.
-SOURCES = ("common.cl", "allreduce.cl", "mhc.cl", "test_ops.cl")
+SOURCES = ("common.cl", "allreduce.cl", "mhc.cl", "rmsnorm.cl", "test_ops.cl")
 #: Debian's matching clang / llvm-spirv pairs, newest first; unversioned names last.
 TOOLCHAINS = (("clang-15", "llvm-spirv-15"), ("clang-14", "llvm-spirv-14"), ("clang", "llvm-spirv"))
 #: LLVM passes stay off (-disable-llvm-passes): llvm-spirv 14/15 cannot translate the `freeze`
