@@ -48,7 +48,7 @@ class CudaDriver(Driver):
         return "processes" if ranks > 1 and self.device_count >= ranks else "emulated"
 
     def load(self, cycle, variants=None):
-        require_support(cycle, "cuda", fused_norm=False,
+        require_support(cycle, "cuda", fused_norm=True,
                         ops=("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head"))
         self._last = self.placement_for(cycle.ranks)
         if self._last == "processes":
