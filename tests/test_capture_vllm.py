@@ -33,12 +33,15 @@ import vllm.models.deepseek_v4.nvidia.model as m, vllm.models.deepseek_v4.nvidia
 from vllm.v1.worker.gpu_worker import Worker
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner as R
 from decoder_shell import capture
+from decoder_shell.capture.vllm_mhc import SWAPS, bound
 out = {}
-for mod in (m, t):
-    for name in dir(mod):
-        f = getattr(mod, name)
-        if getattr(f, "_decoder_shell_hook", None):
-            out[mod.__name__ + "." + name] = f.__wrapped__ is getattr(tl, name)
+for mod, name, original, hooked in SWAPS:
+    # wraps the real function; the global stays vLLM's own until an armed phase binds the wrapper
+    out[mod.__name__ + "." + name] = (original is getattr(tl, name) is getattr(mod, name)
+                                     and hooked.__wrapped__ is original)
+with bound():
+    out["bound"] = all(getattr(mod, name) is hooked for mod, name, _, hooked in SWAPS)
+out["restored"] = all(getattr(mod, name) is original for mod, name, original, _ in SWAPS)
 out["init_device"] = Worker.init_device._decoder_shell_hook
 out["execute_model"] = R.execute_model._decoder_shell_hook
 out["load_model"] = R.load_model._decoder_shell_hook
@@ -51,34 +54,32 @@ print(json.dumps(out))
     want = {model + n: True for n in ("mhc_pre_broadcast_tilelang", "mhc_pre_tilelang", "mhc_fused_post_pre_tilelang",
                                       "mhc_post_tilelang", "hc_head_fused_kernel_tilelang")}
     want.update({mtp + n: True for n in ("mhc_post_tilelang", "hc_head_fused_kernel_tilelang")})
-    want.update(init_device="init_device", execute_model="execute_model", load_model="load_model", installed=False)
+    want.update(init_device="init_device", execute_model="execute_model", load_model="load_model", installed=False,
+                bound=True, restored=True)
     assert got == want  # register() patched every call site and installed nothing
 
 
-def test_disabled_without_the_environment_switch():
+def test_disabled_without_the_switch_and_refused_on_another_version():
+    """Without DECODER_SHELL_CAPTURE=1 the entry point does nothing; with it, on a vLLM other than 0.33,
+    register() says so in one line and patches nothing (the service runs on)."""
     r = _python("""
-from vllm.plugins import load_general_plugins
-load_general_plugins()
-import vllm.models.deepseek_v4.nvidia.model as m
-print(hasattr(m.mhc_post_tilelang, "_decoder_shell_hook"))
-""", env={k: v for k, v in ENV.items() if k != "DECODER_SHELL_CAPTURE"})
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.strip().splitlines()[-1] == "False"
-
-
-def test_other_vllm_version_is_refused_in_one_line():
-    r = _python("""
+import os
 import vllm
+from vllm.plugins import load_general_plugins
+from decoder_shell.capture.vllm_mhc import SWAPS
+from vllm.v1.worker.gpu_worker import Worker
+load_general_plugins()
+print(bool(SWAPS) or hasattr(Worker.init_device, "_decoder_shell_hook"))
+os.environ["DECODER_SHELL_CAPTURE"] = "1"
 vllm.__version__ = "0.34.1"
 from decoder_shell.capture.vllm import register
 register()
-import vllm.models.deepseek_v4.nvidia.model as m
-print(hasattr(m.mhc_post_tilelang, "_decoder_shell_hook"))
-""")
+print(bool(SWAPS) or hasattr(Worker.init_device, "_decoder_shell_hook"))
+""", env={k: v for k, v in ENV.items() if k != "DECODER_SHELL_CAPTURE"})
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.strip().splitlines()[-1] == "False"
+    assert r.stdout.strip().splitlines()[-2:] == ["False", "False"]
     lines = [ln for ln in r.stderr.splitlines() if "decoder-shell" in ln]
-    assert len(lines) == 1 and "vLLM 0.34.1 is not supported (expected vLLM 0.33.x)" in lines[0]
+    assert len(lines) == 1 and "vLLM 0.34.1 is not supported (expected vLLM 0.33.x)" in lines[0], lines
 
 
 GEOMETRY = Geometry(preset="vllm", hidden=16, layers=1, ranks=2, verify_rows=3, draft_rows=3,

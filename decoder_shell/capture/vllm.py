@@ -4,7 +4,8 @@ vLLM calls register() in every process it starts, in each worker from `init_work
 torch.distributed exists. With DECODER_SHELL_CAPTURE=1 it only patches, and installs nothing yet:
   - Worker.init_device: the plugin is installed after it, as rank tp_rank of the TP group;
   - GPUModelRunner (V2): execute_model marks verify, the speculator's propose marks draft;
-  - the mHC functions DeepSeek-V4's modules import by name (capture/vllm_mhc.py).
+  - the mHC functions DeepSeek-V4's modules import by name (capture/vllm_mhc.py): checked and wrapped
+    now, bound in their place only while an armed phase runs.
 Other vLLM versions are refused in one line naming the version expected; the service runs on.
 """
 

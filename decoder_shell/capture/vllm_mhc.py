@@ -2,8 +2,10 @@
 
 `vllm/models/deepseek_v4/nvidia/model.py` and `mtp.py` call plain functions bound in their module
 globals (not modules, not torch.ops), so the only place to see an mHC step is to rebind those
-globals. Each wrapper calls the original first and, only while a phase is being recorded, hands its
-arguments and results to the recorder; disarmed it costs two attribute reads and a None test.
+globals. install_hooks() (at register time) checks every name and makes its wrapper; the wrappers are
+bound in place of the originals only while an armed phase runs (`bound()`, entered by the phase
+markers of capture/vllm_runner.py), so a disarmed service calls vLLM's own functions, untouched.
+Each wrapper calls the original first, then hands its arguments and results to the recorder.
 
 What each call becomes (contracts/mhc.py names):
   mhc_pre_broadcast_tilelang   first target layer: streams = broadcast of the reduced embedding -> "hc"
@@ -86,15 +88,37 @@ def wrap(name: str, fn):
     return hooked
 
 
+#: (module, name, original, wrapper) for every hooked global, filled by install_hooks().
+SWAPS: list[tuple] = []
+
+
 def install_hooks() -> list[str]:
-    """Rebind the mHC globals of vLLM's DeepSeek-V4 modules; returns 'module.name' for each one."""
+    """Check and wrap the mHC globals of vLLM's DeepSeek-V4 modules (not bound yet); returns
+    'module.name' for each one."""
     import importlib
-    bound = []
+    if SWAPS:
+        return [f"{m.__name__}.{n}" for m, n, _, _ in SWAPS]
+    found = []
     for module_name, names in HOOKS.items():
         module = importlib.import_module(module_name)
         for name in names:
-            if not callable(getattr(module, name, None)):
+            fn = getattr(module, name, None)
+            if not callable(fn):
                 raise LookupError(f"{module_name} has no function {name}")
-            setattr(module, name, wrap(name, getattr(module, name)))
-            bound.append(f"{module_name}.{name}")
-    return bound
+            found.append((module, name, fn, wrap(name, fn)))
+    SWAPS.extend(found)
+    return [f"{m.__name__}.{n}" for m, n, _, _ in SWAPS]
+
+
+class bound:
+    """While entered, the wrappers stand in for vLLM's mHC functions; on exit the originals return."""
+
+    def __enter__(self):
+        for module, name, _, hooked in SWAPS:
+            setattr(module, name, hooked)
+        return self
+
+    def __exit__(self, *exc):
+        for module, name, original, _ in SWAPS:
+            setattr(module, name, original)
+        return False

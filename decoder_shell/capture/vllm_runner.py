@@ -6,6 +6,7 @@
   that belong to the cycle.
 - Phases (model runner V2): `speculator.propose` is the draft of step N, the target forward in
   `execute_model` of step N+1 its verify; a cycle opens at the draft and closes after that verify.
+  Only inside an armed phase are the mHC wrappers bound (vllm_mhc.bound).
   `capture.cycle()` runs on every draft of every rank (an integer increment while disarmed) so that
   all ranks count cycles alike, which is what the arming protocol relies on.
 - CUDA graphs replay `vllm::all_reduce` without Python: an arm is refused, with the --enforce-eager
@@ -19,8 +20,10 @@ import os
 import sys
 
 from ..contracts.mhc import MhcParams
+from . import _NULL as NULL
 from ..geometry import Geometry
 from .recorder import TpGroup
+from .vllm_mhc import bound
 
 ARCHITECTURES = ("DeepseekV4ForCausalLM",)
 _PACKAGE = "decoder_shell.capture"
@@ -131,14 +134,15 @@ def draft(fn):
         p = package._plugin
         if p is None:
             return fn(*args, **kwargs)
-        _close(None)  # a draft no verify followed (the request ended): its cycle ends here
+        if _open.cycle is not None:  # a draft no verify followed (the request ended): its cycle ends here
+            _close(None)
         ctx = p.cycle()
-        if ctx is _null():
+        if ctx is NULL:
             return fn(*args, **kwargs)
         ctx.__enter__()
         _open.cycle = ctx
         try:
-            with p.phase("draft"):
+            with p.phase("draft"), bound():
                 return fn(*args, **kwargs)
         except BaseException as e:
             _close(e)
@@ -157,7 +161,7 @@ def verify(fn):
         if _open.cycle is None:
             return fn(*args, **kwargs)
         try:
-            with package._plugin.phase("verify"):
+            with package._plugin.phase("verify"), bound():
                 out = fn(*args, **kwargs)
         except BaseException as e:
             _close(e)
@@ -173,11 +177,6 @@ def _close(exc) -> None:
     ctx, _open.cycle = _open.cycle, None
     if ctx is not None:
         ctx.__exit__(None if exc is None else type(exc), exc, None if exc is None else exc.__traceback__)
-
-
-def _null():
-    from . import _NULL
-    return _NULL
 
 
 def patch_runner(runner_cls) -> None:
