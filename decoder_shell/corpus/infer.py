@@ -94,6 +94,7 @@ def infer(collectives: list[Collective]) -> Inference:
             return Inference(None, len(cs), elements, 0,
                              f"{c.name}: ranks hold different outputs (no ring all-reduce does that)")
     sizes = sorted({(int(np.asarray(c.inputs[0]).size), np.asarray(c.inputs[0]).dtype.itemsize) for c in cs})
+    cs.sort(key=lambda c: np.asarray(c.inputs[0]).size)  # small ones reject most candidates cheaply
     tried, best = 0, (-1, None, "")
     seen_chunking = set()
     for seg, mcb, cpr in product(FAMILY_GRID["segments"], FAMILY_GRID["max_chunk_bytes"],
@@ -120,6 +121,50 @@ def infer(collectives: list[Collective]) -> Inference:
                      f"{tried} ring candidates tried; the best, {cand.describe()}, reproduces {passed} of "
                      f"{len(cs)} collectives and first differs at {where}",
                      {"contract": cand.to_json(), "reproduced": passed, "first_mismatch": where})
+
+
+def behaviour_key(contract: RingContract, sizes, ranks: int) -> bytes:
+    """Equal keys: the two contracts give the same bits on every input of these sizes. The fold order
+    decides, except that the first two ranks folded commute; and with fp32 data, or two ranks, hop and
+    fp32 accumulation are the same arithmetic."""
+    h = blake3.blake3()
+    for n, itemsize in sizes:
+        order = rank_order(contract, n, ranks, itemsize)
+        order[:2] = np.sort(order[:2], axis=0)
+        h.update(np.ascontiguousarray(order).tobytes())
+        h.update(b"hop" if contract.accumulation == "hop" and itemsize == 2 and ranks > 2 else b"fp32")
+    return h.digest()
+
+
+def consistent(collectives: list[Collective], limit: int = 64) -> list[dict]:
+    """Every behaviour of the searched family that reproduces all the collectives, simplest member
+    first: [{"contract", "members"}]; more than one entry means the data does not decide."""
+    cs = list(collectives)
+    if not cs:
+        return []
+    ranks = len(cs[0].inputs)
+    sizes = sorted({(int(np.asarray(c.inputs[0]).size), np.asarray(c.inputs[0]).dtype.itemsize) for c in cs})
+    cs.sort(key=lambda c: np.asarray(c.inputs[0]).size)
+    found: dict[bytes, dict] = {}
+    seen_chunking = set()
+    for seg, mcb, cpr in product(FAMILY_GRID["segments"], FAMILY_GRID["max_chunk_bytes"],
+                                 FAMILY_GRID["chunks_per_rank"]):
+        base = RingContract(chunks_per_rank=cpr, max_chunk_bytes=mcb, segments=seg)
+        key = _chunking_key(base, sizes, ranks)
+        if key in seen_chunking:
+            continue
+        seen_chunking.add(key)
+        for off, d, acc in product(offsets(ranks), FAMILY_GRID["direction"], FAMILY_GRID["accumulation"]):
+            cand = RingContract(cpr, mcb, off, d, acc, seg)
+            bkey = behaviour_key(cand, sizes, ranks)
+            if bkey in found:
+                found[bkey]["members"] += 1
+                continue
+            if all(reproduces(cand, c) for c in cs):
+                found[bkey] = {"contract": cand, "members": 1}
+                if len(found) >= limit:
+                    return list(found.values())
+    return list(found.values())
 
 
 def collectives_from_corpus(corpus) -> list[Collective]:
