@@ -80,6 +80,9 @@ def cmd_verify(args, console: Console) -> int:
         render_verify(rep, console)
         if inference is not None:
             console.print(f"inferred collective contract: {inference.describe()}")
+            if len(inference.consistent) > 1:
+                for c in inference.consistent:
+                    console.print(f"  consistent: {c['contract'].describe()}")
     return 0 if rep["ok"] and (inference is None or inference.found) else 1
 
 

@@ -33,6 +33,17 @@ def sizes(ranks, dtype):
     return out
 
 
+class _Kinds:
+    """What runs at each size: both probes, and random data to check the identified contract on."""
+
+    def __getitem__(self, key):
+        dtype, n = key
+        return ("order", "random") if n in LARGE.values() else ("order", "rounding", "random")
+
+
+KINDS = _Kinds()
+
+
 def _random(ranks, n, dtype, rank):
     rng = np.random.default_rng([ranks, n, rank, list(DTYPES).index(dtype)])
     return (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)).astype(DTYPES[dtype])
@@ -47,8 +58,9 @@ def _worker(rank, port, queue):
             continue
         for dtype in DTYPES:
             for n in sizes(ranks, dtype):
-                for kind, x in (("probe", probe_input(ranks, rank, n, DTYPES[dtype])),
-                                ("random", _random(ranks, n, dtype, rank))):
+                for kind in KINDS[dtype, n]:
+                    x = _random(ranks, n, dtype, rank) if kind == "random" else \
+                        probe_input(ranks, rank, n, DTYPES[dtype], kind)
                     t = to_torch(x)
                     dist.all_reduce(t, group=group)
                     out = to_numpy(t)
@@ -67,7 +79,7 @@ def gloo():
     procs = [ctx.Process(target=_worker, args=(r, port, queue)) for r in range(WORLD)]
     for p in procs:
         p.start()
-    expected = sum(r * len(sizes(r, d)) * 2 for r in range(2, WORLD + 1) for d in DTYPES)
+    expected = sum(r * len(KINDS[d, n]) for r in range(2, WORLD + 1) for d in DTYPES for n in sizes(r, d))
     out = {}
     try:
         for _ in range(expected):
@@ -92,8 +104,9 @@ def _mismatches(got, want) -> int:
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("ranks", range(2, WORLD + 1))
 def test_probes_identify_gloo(gloo, ranks, dtype):
-    probes = [Collective(f"probe.n{n}", tuple(probe_inputs(ranks, n, DTYPES[dtype])),
-                         (gloo[(ranks, dtype, n, "probe")],) * ranks) for n in sizes(ranks, dtype)]
+    probes = [Collective(f"{kind}.n{n}", tuple(probe_inputs(ranks, n, DTYPES[dtype], kind)),
+                         (gloo[(ranks, dtype, n, kind)],) * ranks)
+              for n in sizes(ranks, dtype) for kind in KINDS[dtype, n] if kind != "random"]
     found = infer(probes)
     assert found.found, found.describe()
     for n in sizes(ranks, dtype):
@@ -104,7 +117,8 @@ def test_probes_identify_gloo(gloo, ranks, dtype):
         uncapped = RingContract(**{**found.contract.to_json(), "max_chunk_bytes": 0})
         n = LARGE[ranks]
         assert found.contract.max_chunk_bytes, found.contract.describe()  # a segment cap (gloo: 1 MiB)
-        assert _mismatches(allreduce(probes[-1].inputs, uncapped), gloo[(ranks, dtype, n, "probe")]) > 0
+        large = next(p for p in probes if p.name == f"order.n{n}")
+        assert _mismatches(allreduce(large.inputs, uncapped), gloo[(ranks, dtype, n, "order")]) > 0
 
 
 def test_probes_decide_where_random_data_does_not(gloo):
@@ -112,7 +126,7 @@ def test_probes_decide_where_random_data_does_not(gloo):
     ranks, n = 3, 7
     rnd = Collective("random", tuple(_random(ranks, n, "bf16", r) for r in range(ranks)),
                      (gloo[(ranks, "bf16", n, "random")],) * ranks)
-    prb = Collective("probe", tuple(probe_inputs(ranks, n, ml_dtypes.bfloat16)),
-                     (gloo[(ranks, "bf16", n, "probe")],) * ranks)
+    prb = [Collective(kind, tuple(probe_inputs(ranks, n, ml_dtypes.bfloat16, kind)),
+                      (gloo[(ranks, "bf16", n, kind)],) * ranks) for kind in ("order", "rounding")]
     assert len(consistent([rnd])) > 1
-    assert len(consistent([rnd, prb])) == 1
+    assert len(consistent([rnd, *prb])) == 1

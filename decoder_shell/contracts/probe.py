@@ -10,7 +10,11 @@ start offset, chunks per rank, accumulation) give different bits on the probe. T
 a chunk boundary by a few elements may agree on every probe element too (a single element answers for
 one pair only); corpus.infer.consistent then lists both, and either reproduces that message size.
 With two ranks every order is the same arithmetic (a + b commutes) and the probe is all zeros.
-Probe values are a pure function of (ranks, rank, n): nothing but outputs needs storing.
+
+Those sums are exact, so they cannot tell where rounding happens; the "rounding" probe does: rank
+e mod R holds 1, every other rank 2^-8. A ring that rounds to bf16 after every hop loses each 2^-8
+added after the 1 (1 + 2^-8 is a tie that rounds to 1), one that accumulates in fp32 keeps them all.
+Probe values are a pure function of (kind, ranks, rank, n): nothing but outputs needs storing.
 """
 
 from __future__ import annotations
@@ -31,13 +35,22 @@ def pairs(ranks: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def probe_input(ranks: int, rank: int, n: int, dtype) -> np.ndarray:
+KINDS = ("order", "rounding")
+
+
+def probe_input(ranks: int, rank: int, n: int, dtype, kind: str = "order") -> np.ndarray:
     """Rank `rank`'s probe tensor of n elements (bfloat16 or float32)."""
     if not 2 <= ranks <= MAX_RANKS:
         raise ValueError(f"probes reveal the order of 2 to {MAX_RANKS} ranks, not {ranks}")
     dtype = np.dtype(dtype)
     if dtype not in (BF16, F32):
         raise ValueError(f"probes are bfloat16 or float32, not {dtype}")
+    if kind == "rounding":
+        x = np.full(n, np.float32(2.0**-8), dtype=F32)
+        x[np.arange(n) % ranks == rank] = np.float32(1.0)
+        return x.astype(dtype)
+    if kind != "order":
+        raise ValueError(f"probe kind must be one of {KINDS}, not {kind!r}")
     a, b = pairs(ranks, n)
     x = np.full(n, np.float32(2.0**rank), dtype=F32)
     x[a == rank] = BIG
@@ -45,5 +58,5 @@ def probe_input(ranks: int, rank: int, n: int, dtype) -> np.ndarray:
     return x.astype(dtype)
 
 
-def probe_inputs(ranks: int, n: int, dtype) -> list[np.ndarray]:
-    return [probe_input(ranks, r, n, dtype) for r in range(ranks)]
+def probe_inputs(ranks: int, n: int, dtype, kind: str = "order") -> list[np.ndarray]:
+    return [probe_input(ranks, r, n, dtype, kind) for r in range(ranks)]

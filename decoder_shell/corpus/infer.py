@@ -45,6 +45,8 @@ class Inference:
     tried: int
     reason: str = ""
     best: dict = field(default_factory=dict)
+    consistent: list = field(default_factory=list)  # every behaviour that fits (see consistent())
+    probes: int = 0  # probe collectives among those searched
 
     @property
     def found(self) -> bool:
@@ -53,13 +55,18 @@ class Inference:
     def describe(self) -> str:
         if self.found:
             return (f"{self.contract.describe()} reproduces all {self.collectives} collectives "
-                    f"({self.elements:,} elements per rank) after {self.tried} candidates")
+                    f"({self.elements:,} elements per rank, {self.probes} of them probes) after {self.tried} "
+                    "candidates, the only behaviour of the family that does")
+        if self.consistent:
+            return f"no ring contract is identified: {self.reason}"
         return f"no ring contract reproduces the captured collectives: {self.reason}"
 
     def to_json(self) -> dict:
         return {"found": self.found, "contract": self.contract.to_json() if self.found else None,
                 "collectives": self.collectives, "elements": self.elements, "tried": self.tried,
-                "reason": self.reason, "best": self.best, "description": self.describe()}
+                "reason": self.reason, "best": self.best, "description": self.describe(), "probes": self.probes,
+                "consistent": [{"contract": c["contract"].to_json(), "description": c["contract"].describe(),
+                                "members": c["members"]} for c in self.consistent]}
 
 
 def offsets(ranks: int) -> list[int]:
@@ -180,8 +187,36 @@ def collectives_from_corpus(corpus) -> list[Collective]:
     return out
 
 
+def probes_from_corpus(corpus) -> list[Collective]:
+    """The probe all-reduces a capture ran on the service's TP group before its cycle (corpus.json
+    collective.probes: size, dtype and the output blob; the inputs are contracts.probe's)."""
+    from ..contracts.probe import probe_inputs
+    from .manifest import dtype_of
+    out = []
+    for p in corpus.info.collective.get("probes", []):
+        dtype = dtype_of(p["dtype"])
+        kind = p.get("kind", "order")
+        xs = probe_inputs(corpus.geometry.ranks, int(p["n"]), dtype, kind)
+        y = np.frombuffer(corpus.blobs.get(p["out"], int(p["n"]) * dtype.itemsize), dtype=dtype)
+        out.append(Collective(f"probe.{kind}.{p['dtype']}.{p['n']}", tuple(xs), (y,) * len(xs)))
+    return out
+
+
 def infer_corpus(corpus) -> Inference:
-    return infer(collectives_from_corpus(corpus))
+    """infer() over the captured collectives and the capture's probes; not identified unless exactly
+    one behaviour of the family fits them all (every fitting one is listed either way)."""
+    cs = collectives_from_corpus(corpus)
+    probes = probes_from_corpus(corpus)
+    found = infer(cs + probes)
+    found.probes = len(probes)
+    if found.found:
+        found.consistent = consistent(cs + probes)
+        if len(found.consistent) > 1:
+            found.best = {"contract": found.contract.to_json()}
+            found.contract = None
+            found.reason = (f"{len(found.consistent)} behaviours of the ring family reproduce every captured "
+                            "collective and no probe decides between them; capture again with probes")
+    return found
 
 
 def _chunking_key(base: RingContract, sizes, ranks: int) -> bytes:
