@@ -134,6 +134,10 @@ def test_capture_through_vllm_hooks_verifies_and_replays_exact(vllm_capture):
     assert rep["phases"]["draft"] == {"rows": 3, "boundaries": 6, "reductions": 3, "post_pre": 1, "pre": 1, "head": 1}
     assert set(rep["parity"]) == {"allreduce", "mhc_pre", "mhc_pre_streams", "mhc_post_pre", "mhc_post_head"}
     assert rep["parity"]["allreduce"]["exact"] == rep["parity"]["allreduce"]["boundaries"]
+    # the order and rounding probes ran on the TP group before the cycle (draft and verify: 3 x 16)
+    info = json.loads((out / "corpus.json").read_text())
+    assert [(p["kind"], p["n"]) for p in info["collective"]["probes"]] == [("order", 48), ("rounding", 48)]
+    assert info["collective"]["inference"]["probes"] == 2 and info["collective"]["how"] == "inferred"
     r = _shell("replay", str(out), "--driver", "cpu", "--epochs", "3", "--changed", "2", "--settle", "0", "--json")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     rr = json.loads(r.stdout)

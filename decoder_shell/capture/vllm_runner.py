@@ -103,7 +103,14 @@ def install_for_group(tp, **install_kwargs):
     from .. import capture
     plugin = capture.install(rank=tp.rank_in_group, world=tp.world_size, **install_kwargs)
     plugin.group = TpGroup(vllm=tp.unique_name, c10d=tp.device_group.group_name)
+    plugin.probe = functools.partial(_probe, tp)
     return plugin
+
+
+def _probe(tp, x):
+    """A probe all-reduce through the group's own path (custom all-reduce, NCCL or gloo, as served)."""
+    from .tensors import to_numpy, to_torch
+    return to_numpy(tp.all_reduce(to_torch(x).to(tp.device)))
 
 
 def patch_init_device(worker_cls) -> None:
