@@ -5,13 +5,55 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from rich.console import Console
 
+from .data import shipped_corpus
 from .errors import MismatchError, ShellError, UsageError
 
-DEFAULT_CORPUS = Path("corpus")
+#: The corpus commands use when none is named and the current folder holds none: the tiny one
+#: shipped inside the package, so that an installed `shell replay` works from any folder.
+DEFAULT_CORPUS = shipped_corpus()
+CORPUS_HELP = (f"corpus folder (default: ./corpus when the current folder holds one, else the tiny corpus "
+               f"shipped in the package, {DEFAULT_CORPUS})")
+
+
+def default_corpus() -> Path:
+    local = Path("corpus")
+    return local if (local / "corpus.json").is_file() else DEFAULT_CORPUS
+#: The extra that provides a module a command needs, for the one-line hint when it is missing.
+EXTRAS = {"torch": "capture", "transformers": "capture", "cuda": "cuda", "dpctl": "intel"}
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option shows its default, unless its help already says it (or it has none to show)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        d = action.default
+        if "default" in text or d is None or d is False or d is argparse.SUPPRESS or d == []:
+            return text
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """Every (sub)parser shows defaults in --help."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+class VersionAction(argparse.Action):
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .about import version_text
+        print(version_text())
+        parser.exit(0)
 
 
 def add_geometry_args(p: argparse.ArgumentParser) -> None:
@@ -45,9 +87,13 @@ def emit_json(obj, out: Path | None = None) -> None:
 
 # --- synth -------------------------------------------------------------------------------------
 def cmd_synth(args, console: Console) -> int:
+    from .commands.program import build_cycle
+    from .contracts.allreduce import RingContract
     from .corpus.synth import synth
     g = geometry_from(args)
-    c = synth(g, Path(args.out), seed=args.seed)
+    commands = len(build_cycle(g, RingContract()).commands)
+    with args.tracker.expect("write", commands, "synth: writing boundaries") as t:
+        c = synth(g, Path(args.out), seed=args.seed, progress=t.hook("write"))
     n = c.info.counts
     console.print(f"wrote {args.out}: {n['manifests']} manifests, {n['blobs']} blobs, "
                   f"{n['referenced_bytes'] / 2**20:.1f} MiB referenced, {n['stored_bytes'] / 2**20:.1f} MiB stored")
@@ -58,15 +104,19 @@ def cmd_synth(args, console: Console) -> int:
 def cmd_verify(args, console: Console) -> int:
     from .corpus.verify import record_parity, verify
     c = open_corpus(args.corpus)
+    t = args.tracker.expect("bind", len(c.geometry.boundaries()), "verify: reading and checking blobs")
     inference = None
     if args.infer:
         from .corpus.infer import infer_corpus
-        inference = infer_corpus(c)
+        status = t.bar.console.status("inferring the collective contract") if t.enabled else nullcontext()
+        with status:
+            inference = infer_corpus(c)
         if args.record and inference.found:
             c.info.collective = {"contract": inference.contract.to_json(), "how": "inferred",
                                  "inference": inference.to_json()}
             c.save()
-    rep = verify(c)
+    with t:
+        rep = verify(c, t.hook("bind"))
     if inference is not None:
         rep["inference"] = inference.to_json()
     if args.record:
@@ -108,7 +158,12 @@ def cmd_replay(args, console: Console) -> int:
         raise UsageError("--epochs must be >= 1, --changed and --settle >= 0")
     corpus = open_corpus(args.corpus)
     driver = get_driver(args.driver, placement=args.placement)
-    result = replay(corpus, driver, epochs=args.epochs, changed=args.changed, settle=args.settle, seed=args.seed)
+    t = args.tracker.expect("bind", len(corpus.geometry.boundaries()), "replay: reading the corpus")
+    t.expect("graph", args.settle + args.epochs, "replay: graph epochs")
+    t.expect("changed", args.changed, "replay: changed epochs")
+    with t:
+        result = replay(corpus, driver, epochs=args.epochs, changed=args.changed, settle=args.settle,
+                        seed=args.seed, progress=t)
     if args.json:
         emit_json(result.to_json(), args.json_out)
     if not args.json or args.json_out:
@@ -121,17 +176,20 @@ def cmd_replay(args, console: Console) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="shell", description="Capture and replay one TP speculative decode cycle, bit-exact.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = Parser(prog="shell", description="Capture and replay one TP speculative decode cycle, bit-exact.",
+               epilog=f"Commands that read a corpus default to ./corpus when the current folder holds one, "
+                      f"else to the tiny corpus shipped in the package: {DEFAULT_CORPUS}")
+    p.add_argument("--version", action=VersionAction, help="version, commit and the drivers available here")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     s = sub.add_parser("synth", help="build a linked synthetic corpus whose outputs come from the contracts")
     add_geometry_args(s)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="seed of the synthetic inputs and params")
     s.add_argument("--out", required=True, help="corpus folder to create")
     s.set_defaults(func=cmd_synth)
 
     s = sub.add_parser("verify", help="check integrity, links, cross-rank exactness and contract parity")
-    s.add_argument("corpus", nargs="?", default=DEFAULT_CORPUS)
+    s.add_argument("corpus", nargs="?", type=Path, help=CORPUS_HELP)
     s.add_argument("--json", action="store_true")
     s.add_argument("--record", action="store_true", help="write the measured parity into corpus.json (rebase if inexact)")
     s.add_argument("--infer", action="store_true",
@@ -139,13 +197,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("inspect", help="manifests, unique blobs, bytes and dedup ratio")
-    s.add_argument("corpus", nargs="?", default=DEFAULT_CORPUS)
+    s.add_argument("corpus", nargs="?", type=Path, help=CORPUS_HELP)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("replay", help="replay the cycle epoch after epoch and prove every output bit-exact")
-    s.add_argument("corpus", nargs="?", default=DEFAULT_CORPUS)
-    s.add_argument("--epochs", type=int, default=70)
+    s.add_argument("corpus", nargs="?", type=Path, help=CORPUS_HELP)
+    s.add_argument("--epochs", type=int, default=70, help="timed graph epochs")
     s.add_argument("--changed", type=int, default=0, help="changed epochs: new inputs, expected from the contracts")
     s.add_argument("--settle", type=int, default=3, help="untimed epochs before the timed ones")
     s.add_argument("--driver", default="auto", help="auto | cpu | cuda | level-zero")
@@ -160,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     for register in _extensions():
         register(sub)
+    for s in sub.choices.values():
+        g = s.add_mutually_exclusive_group()
+        g.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+        g.add_argument("-v", "--verbose", action="store_true", help="one detail line per step (and per epoch) on stderr")
     return p
 
 
@@ -180,14 +242,25 @@ def _extensions():
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if "corpus" in args and args.corpus is None:
+        args.corpus = default_corpus()
     if getattr(args, "json_out", None):
         args.json = True
     console = Console(highlight=False, soft_wrap=True)
+    from .progress import Tracker
+    args.tracker = Tracker(console, quiet=args.quiet, verbose=args.verbose)
     try:
         return args.func(args, console)
     except ShellError as e:
         print(f"shell {args.command}: {e}", file=sys.stderr)
         return e.exit_code
+    except ModuleNotFoundError as e:
+        top = (e.name or "").split(".")[0]
+        if top not in EXTRAS:
+            raise
+        print(f"shell {args.command}: needs {top}, which is not installed here: "
+              f"pip install 'decoder-shell[{EXTRAS[top]}]'", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print("shell: interrupted", file=sys.stderr)
         return 130

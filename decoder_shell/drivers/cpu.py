@@ -171,3 +171,7 @@ class CpuDriver(Driver):
 
     def describe(self):
         return "cpu (numpy reference)"
+
+    def versions(self) -> dict:
+        import platform
+        return {"runtime": f"numpy {np.__version__}", "processor": platform.processor() or platform.machine()}

@@ -121,7 +121,7 @@ def prepare(corpus: Corpus, progress=None):
 
 def replay(corpus: Corpus, driver: Driver, epochs: int = 70, changed: int = 0, settle: int = 3,
            seed: int = 0, progress=None) -> ReplayResult:
-    cycle, bound = prepare(corpus)
+    cycle, bound = prepare(corpus, (lambda cmd: progress("bind", cmd.index)) if progress else None)
     rebased = corpus.info.rebased
     expected = expected_outputs(cycle, bound.injected, bound.captured, rebased)
     checker = Checker(cycle)
@@ -135,12 +135,12 @@ def replay(corpus: Corpus, driver: Driver, epochs: int = 70, changed: int = 0, s
             session.poison()
             times = session.run(graph=True)
             per_rank, by_op = checker.check(session, expected)
-            if e >= settle:
-                result.epochs.append(EpochResult("graph", e - settle, times, per_rank, by_op))
-            elif any(per_rank):
-                result.epochs.append(EpochResult("settle", e, times, per_rank, by_op))
+            epoch = EpochResult("graph" if e >= settle else "settle", e - settle if e >= settle else e,
+                                times, per_rank, by_op)
+            if e >= settle or any(per_rank):
+                result.epochs.append(epoch)
             if progress:
-                progress("graph", e)
+                progress("graph", e, epoch)
         for k in range(changed):
             new = changed_inputs(cycle, seed, k)
             inj = [{**bound.injected[r], **new[r]} for r in range(cycle.ranks)]
@@ -151,6 +151,6 @@ def replay(corpus: Corpus, driver: Driver, epochs: int = 70, changed: int = 0, s
             per_rank, by_op = checker.check(session, want)
             result.epochs.append(EpochResult("changed", k, times, per_rank, by_op))
             if progress:
-                progress("changed", k)
+                progress("changed", k, result.epochs[-1])
         load_inputs(session, bound.injected)
     return result

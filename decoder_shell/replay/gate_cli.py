@@ -10,16 +10,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..data import shipped_corpus
 from ..errors import UsageError
-
-DEFAULT_CORPUS = Path("corpus")
 
 
 def register(sub) -> None:
     s = sub.add_parser("gate", help="measure a candidate (or a deletion bound) against the baseline in the full cycle",
                        description="Run baseline and candidate interleaved over the same buffers; PASS (exit 0) only "
                                    "if the candidate is bit-exact and its conservative saving reaches the threshold.")
-    s.add_argument("corpus", nargs="?", default=DEFAULT_CORPUS)
+    s.add_argument("corpus", nargs="?", type=Path,
+                   help=f"corpus folder (default: ./corpus when the current folder holds one, else the tiny "
+                        f"corpus shipped in the package, {shipped_corpus()})")
     s.add_argument("--candidate", action="append", default=[], metavar="OP=IMPL",
                    help="replace the commands OP selects by IMPL: a driver variant name or @spec.json (repeatable)")
     s.add_argument("--delete", action="append", default=[], metavar="OP",
@@ -67,7 +68,14 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
     cycle, bound = prepare(corpus)
     plan = make_plan(cycle, args.candidate, args.delete, args.delete_mode)
     driver = get_driver(args.driver, placement=args.placement)
-    v = run_gate(corpus, driver, plan, cycle, bound, settings)
+    t = getattr(args, "tracker", None)
+    if t is not None:
+        t.expect("block", 2 * settings.reps, f"gate: blocks of {settings.epochs} graph epochs")
+        t.expect("changed", settings.changed, "gate: changed eager epochs (both sides)")
+        with t:
+            v = run_gate(corpus, driver, plan, cycle, bound, settings, progress=t)
+    else:
+        v = run_gate(corpus, driver, plan, cycle, bound, settings)
     if args.out:
         save_verdict(v, args.out)
     show(v, args.json, args.plot, console)
