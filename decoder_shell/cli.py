@@ -121,6 +121,8 @@ def cmd_verify(args, console: Console) -> int:
         rep["inference"] = inference.to_json()
     if args.record:
         record_parity(c, rep)
+    from .replay.results import RESULT_SCHEMA, run_block
+    rep = {"format": "decoder-shell-verify", "schema": RESULT_SCHEMA, "run": run_block("verify", c), **rep}
     if args.json:
         emit_json(rep)
     else:
@@ -153,7 +155,8 @@ def cmd_inspect(args, console: Console) -> int:
 def cmd_replay(args, console: Console) -> int:
     from .drivers import get_driver
     from .replay.engine import replay
-    from .replay.report import plot_epochs, render_replay
+    from .replay.report import plot_replay, render_replay
+    from .replay.results import write_csv
     if args.epochs < 1 or args.changed < 0 or args.settle < 0:
         raise UsageError("--epochs must be >= 1, --changed and --settle >= 0")
     corpus = open_corpus(args.corpus)
@@ -163,13 +166,18 @@ def cmd_replay(args, console: Console) -> int:
     t.expect("changed", args.changed, "replay: changed epochs")
     with t:
         result = replay(corpus, driver, epochs=args.epochs, changed=args.changed, settle=args.settle,
-                        seed=args.seed, progress=t)
+                        seed=args.seed, progress=t, breakdown=args.breakdown)
     if args.json:
         emit_json(result.to_json(), args.json_out)
     if not args.json or args.json_out:
         render_replay(result, console)
+        if result.breakdown:
+            from .replay.breakdown import render_breakdown
+            render_breakdown(result.breakdown, console, commands=args.verbose)
+    if args.csv:
+        write_csv(result.to_json(), args.csv)
     if args.plot:
-        plot_epochs({"replay": result.of("graph")}, Path(args.plot), f"{corpus.root} on {driver.describe()}")
+        plot_replay(result, args.plot)
     if not result.exact:
         raise MismatchError("replay is not exact (see the mismatch counts above)")
     return 0
@@ -213,7 +221,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seed of the changed epochs' inputs")
     s.add_argument("--json", action="store_true", help="print the full result as JSON")
     s.add_argument("--json-out", type=Path, help="write the JSON result here (the table still prints)")
+    s.add_argument("--csv", type=Path, help="write every epoch's per-rank times as CSV here")
     s.add_argument("--plot", type=Path, help="write a PNG of per-epoch, per-rank cycle times")
+    s.add_argument("--breakdown", action="store_true",
+                   help="time one more epoch node by node: time per command, per op kind and per phase, and "
+                        "each all-reduce's size, algbw and busbw (with -v: every node)")
     s.set_defaults(func=cmd_replay)
 
     for register in _extensions():

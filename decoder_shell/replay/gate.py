@@ -21,6 +21,7 @@ from ..errors import UsageError
 from .candidates import Plan
 from .compare import mismatches
 from .engine import EpochResult, expected_outputs, load_inputs, prepare
+from .results import run_block
 from .verdict import build_verdict
 
 SIDES = ("baseline", "candidate")
@@ -151,5 +152,5 @@ def run_gate(corpus: Corpus, driver: Driver, plan: Plan, cycle: Cycle | None = N
         note = "" if timing_meaningful else (base.timing_note if not base.timing_meaningful else cand.timing_note)
     meta = {"corpus": str(corpus.root), "driver": driver.describe(), "geometry": corpus.geometry.to_json(),
             "expected": "rebased" if rebased else "captured", "commands_per_rank": len(cycle.commands),
-            "timing_meaningful": timing_meaningful, "timing_note": note}
+            "timing_meaningful": timing_meaningful, "timing_note": note, "run": run_block("gate", corpus, driver)}
     return build_verdict(meta, cycle, plan, settings, runs)

@@ -39,13 +39,16 @@ def register(sub) -> None:
     s.add_argument("--json", action="store_true", help="print the verdict as JSON instead of the tables")
     s.add_argument("--out", type=Path, help="write the JSON verdict here")
     s.add_argument("--plot", type=Path, help="write a PNG of per-epoch, per-rank cycle times")
+    s.add_argument("--csv", type=Path, help="write every epoch's per-rank times of both sides as CSV here")
     s.add_argument("--list-candidates", action="store_true", help="list the variants the driver offers and exit")
     s.set_defaults(func=cmd_gate)
 
     if "report" not in sub.choices:
-        r = sub.add_parser("report", help="re-render a saved gate verdict (table, optional plot)")
-        r.add_argument("verdict", type=Path, help="a verdict JSON file written by `shell gate --out`")
+        r = sub.add_parser("report", help="re-render a saved gate verdict or replay result (table, plot, CSV)")
+        r.add_argument("verdict", type=Path, metavar="result",
+                       help="a JSON file written by `shell gate --out` or `shell replay --json-out`")
         r.add_argument("--plot", type=Path, help="write a PNG of per-epoch, per-rank cycle times")
+        r.add_argument("--csv", type=Path, help="write every epoch's per-rank times as CSV here")
         r.add_argument("--json", action="store_true", help="print the verdict JSON instead of the tables")
         r.set_defaults(func=cmd_report)
 
@@ -79,17 +82,51 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
     if args.out:
         save_verdict(v, args.out)
     show(v, args.json, args.plot, console)
+    if args.csv:
+        from .results import write_csv
+        write_csv(v, args.csv)
     return exit_code(v)
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from .results import load_result, write_csv
     from .verdict import exit_code, load_verdict
+    raw = load_result(args.verdict)
+    if raw.get("format") == "decoder-shell-replay":
+        return _report_replay(raw, args, console)
     v = load_verdict(args.verdict)
     try:
         show(v, args.json, args.plot, console)
+        if args.csv:
+            write_csv(v, args.csv)
     except (KeyError, TypeError, IndexError, ValueError, AttributeError) as e:
         raise UsageError(f"{args.verdict}: malformed verdict ({type(e).__name__}: {e})") from None
     return exit_code(v)
+
+
+def _report_replay(raw: dict, args: argparse.Namespace, console: Console) -> int:
+    """A saved replay result: its tables (and breakdown), plot and CSV; exit 1 if it was not exact."""
+    from .engine import ReplayResult
+    from .report import plot_replay, render_replay
+    from .results import write_csv
+    try:
+        result = ReplayResult.from_json(raw)
+        if args.json:
+            print(json.dumps(raw, indent=1, sort_keys=True))
+        else:
+            render_replay(result, console)
+            if result.breakdown:
+                from .breakdown import render_breakdown
+                render_breakdown(result.breakdown, console)
+        if args.plot:
+            plot_replay(result, args.plot)
+        if args.csv:
+            write_csv(raw, args.csv)
+    except (KeyError, TypeError, IndexError, ValueError, AttributeError) as e:
+        raise UsageError(f"{args.verdict}: malformed replay result ({type(e).__name__}: {e})") from None
+    except OSError as e:
+        raise UsageError(f"cannot write {e.filename}: {e.strerror or e}") from None
+    return 0 if result.exact else 1
 
 
 def show(v: dict, as_json: bool, plot: Path | None, console: Console) -> None:

@@ -410,6 +410,7 @@ class CudaSession(Session):
         p.sharedMemBytes = launch.shared
         p.kernelParams = launch.params_ptr
         self.launches.append(launch)
+        self.launch_commands.append(self._building)  # which command each kernel serves (profile.py)
         early = self.pdl and launch.pdl and all(int(d) in self.pdl_nodes for d in deps)
         if not early:
             node = self.cu.cuGraphAddKernelNode(self.graph, deps, len(deps), p)
@@ -439,6 +440,8 @@ class CudaSession(Session):
         self.launches: list[A.Launch] = []
         self.eager: list[A.Launch] = []
         self.pdl_nodes: set[int] = set()
+        self.launch_commands: list[int | None] = []
+        self._building = None
         last = {r: cu.cuGraphAddEventRecordNode(self.graph, [], 0, self.ev_start[r]) for r in self.local}
         if self.rank is not None:  # the epoch that tags this cycle's arrivals
             ln = A.Launch(self.funcs["epoch_kernel"], (1, 1, 1), (1, 1, 1),
@@ -449,6 +452,7 @@ class CudaSession(Session):
         fused_away = {i - 1 for i, v in self.variants.items() if v in FUSED_VARIANTS}
         pending: dict[int, list] = {}  # rank -> its Sinkhorn node, joined by the rank's next mHC node
         for cmd in cmds:
+            self._building = cmd.index
             v = self.variants.get(cmd.index, "baseline")
             if v == "delete" or cmd.index in fused_away:
                 continue
@@ -558,6 +562,11 @@ class CudaSession(Session):
         cu.cuStreamSynchronize(self.stream)
         t = float(cu.cuEventElapsedTime(self.eager_start, self.eager_end))
         return [t] * self.cycle.ranks
+
+    def profile(self):
+        """One epoch timed kernel by kernel, for replay --breakdown (drivers/cuda/profile.py)."""
+        from .profile import profile_epoch
+        return profile_epoch(self)
 
     @property
     def node_count(self) -> int:
