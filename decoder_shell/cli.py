@@ -145,8 +145,8 @@ def cmd_inspect(args, console: Console) -> int:
     console.print(f"manifests {rep['manifests']} ({', '.join(f'{k} {v}' for k, v in rep['manifests_per_op'].items())})")
     console.print(f"tensor references {rep['tensor_refs']}, unique blobs {rep['unique_blobs']} "
                   f"(missing {rep['missing_blobs']}, unreferenced {rep['unreferenced_blobs']})")
-    console.print(f"raw bytes referenced {rep['referenced_bytes']:,}, unique {rep['unique_bytes']:,}, "
-                  f"stored {rep['stored_bytes']:,}")
+    console.print(f"MiB referenced {rep['referenced_bytes'] / 2**20:.2f}, unique {rep['unique_bytes'] / 2**20:.2f}, "
+                  f"stored {rep['stored_bytes'] / 2**20:.2f} (--json gives bytes)")
     console.print(f"dedup ratio {rep['dedup_ratio']:.2f}x, compression {rep['compression_ratio']:.2f}x")
     return 0
 
