@@ -48,6 +48,9 @@ def render_replay(result, console: Console) -> None:
     tt.add_row("slowest rank", _ms(c["median"]), _ms(c["p10"]), _ms(c["p90"]), style="bold")
     console.print(tt)
     graph = result.of("graph")
+    if len(tm["per_rank_ms"]) > 1 and graph and all(len(set(e.times_ms)) == 1 for e in graph):
+        console.print("every rank shows the same time: this driver runs all ranks together, one command at a time "
+                      "(a collective's time counts for every rank, an mHC command's is split evenly)")
     verdict = "EXACT" if result.exact else "MISMATCH"
     console.print(f"{verdict}: {sum(e.exact for e in graph)}/{len(graph)} graph epochs exact"
                   + (f", {sum(e.exact for e in result.of('changed'))}/{len(result.of('changed'))} changed epochs exact"
