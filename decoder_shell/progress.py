@@ -34,8 +34,10 @@ class Tracker:
         self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), console=console, transient=True, disable=not self.enabled)
         self.steps: dict[str, _Step] = {}
+        self.last = time.perf_counter()  # the previous callback: where the next step's time starts
 
     def __enter__(self):
+        self.last = time.perf_counter()
         self.bar.start()
         return self
 
@@ -55,9 +57,10 @@ class Tracker:
         if step is None:
             return
         if step.task is None:
-            step.started = time.perf_counter()
+            step.started = self.last  # steps run one after another: this one began when the last ended
             step.task = self.bar.add_task(step.label, total=step.total)
         step.done += 1
+        self.last = time.perf_counter()
         self.bar.advance(step.task)
         if self.verbose and detail is not None:
             self.err.print(f"  {kind} {index}: {_detail(detail)}", markup=False)

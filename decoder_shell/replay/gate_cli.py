@@ -68,17 +68,19 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
     if not args.candidate and not args.delete:
         raise UsageError("nothing to gate: give --candidate OP=IMPL or --delete OP (see --list-candidates)")
     corpus = Corpus.open(Path(args.corpus))
-    cycle, bound = prepare(corpus)
+    t = getattr(args, "tracker", None)
+    if t is None:  # called without the CLI's main (no progress display)
+        from ..progress import Tracker
+        t = Tracker(console, quiet=True)
+    t.expect("bind", len(corpus.geometry.boundaries()), "gate: reading the corpus")
+    with t:
+        cycle, bound = prepare(corpus, t.hook("bind"))
     plan = make_plan(cycle, args.candidate, args.delete, args.delete_mode)
     driver = get_driver(args.driver, placement=args.placement)
-    t = getattr(args, "tracker", None)
-    if t is not None:
-        t.expect("block", 2 * settings.reps, f"gate: blocks of {settings.epochs} graph epochs")
-        t.expect("changed", settings.changed, "gate: changed eager epochs (both sides)")
-        with t:
-            v = run_gate(corpus, driver, plan, cycle, bound, settings, progress=t)
-    else:
-        v = run_gate(corpus, driver, plan, cycle, bound, settings)
+    t.expect("block", 2 * settings.reps, f"gate: blocks of {settings.epochs} graph epochs")
+    t.expect("changed", settings.changed, "gate: changed eager epochs (both sides)")
+    with t:
+        v = run_gate(corpus, driver, plan, cycle, bound, settings, progress=t)
     if args.out:
         save_verdict(v, args.out)
     show(v, args.json, args.plot, console)
