@@ -23,6 +23,8 @@ CORPUS_HELP = (f"corpus folder (default: ./corpus when the current folder holds 
 def default_corpus() -> Path:
     local = Path("corpus")
     return local if (local / "corpus.json").is_file() else DEFAULT_CORPUS
+
+
 #: The extra that provides a module a command needs, for the one-line hint when it is missing.
 EXTRAS = {"torch": "capture", "transformers": "capture", "cuda": "cuda", "dpctl": "intel"}
 

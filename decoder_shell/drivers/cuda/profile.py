@@ -16,13 +16,13 @@ HOW = ("cuda driver, one epoch captured as a graph with an event node after ever
 
 def profile_epoch(session) -> list[tuple[int | None, str, float]]:
     """(command index or None, kernel name, ms) of every kernel of one epoch, in launch order."""
-    cu, raw = session.cu, session.cu._cu
+    cu, raw, g = session.cu, session.cu.bindings, session.graph
     session.profile_how = HOW
-    launches = list(session.eager)
-    commands = list(session.launch_commands)
+    launches = list(g.eager)
+    commands = list(g.commands)
     if len(commands) != len(launches):
         raise RuntimeError(f"{len(launches)} kernels but {len(commands)} command tags: graph build out of step")
-    names = {id(f): name for name, f in session.funcs.items()}
+    names = {id(f): name for name, f in session.modules.funcs.items()}
     external = raw.CUevent_record_flags.CU_EVENT_RECORD_EXTERNAL
     events = [cu.cuEventCreate(0) for _ in range(len(launches) + 1)]
     graph = exe = None
