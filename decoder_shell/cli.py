@@ -106,7 +106,9 @@ def cmd_synth(args, console: Console) -> int:
 def cmd_verify(args, console: Console) -> int:
     from .corpus.verify import record_parity, verify
     c = open_corpus(args.corpus)
-    t = args.tracker.expect("bind", len(c.geometry.boundaries()), "verify: reading and checking blobs")
+    n = len(c.geometry.boundaries())
+    t = args.tracker.expect("bind", n, "verify: reading and checking blobs")
+    t.expect("parity", n, "verify: recomputing every op from its captured inputs")
     inference = None
     if args.infer:
         from .corpus.infer import infer_corpus
@@ -118,7 +120,7 @@ def cmd_verify(args, console: Console) -> int:
                                  "inference": inference.to_json()}
             c.save()
     with t:
-        rep = verify(c, t.hook("bind"))
+        rep = verify(c, t.hook("bind"), t.hook("parity"))
     if inference is not None:
         rep["inference"] = inference.to_json()
     if args.record:
