@@ -101,9 +101,23 @@ def wait_until_ready(base: str, port: int, token_file: Path, timeout: float, err
                 raise ServiceUnreachable(f"cannot reach {base}: {reason} (waited {timeout:g} s, see --ready-timeout; "
                                          "is the service running?)")
             time.sleep(0.2)
-        while not token_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        while not token_file.exists() and time.monotonic() < deadline and not _answers(base):
+            time.sleep(0.2)
     return read_token(token_file)
+
+
+def _answers(base: str) -> bool:
+    """Whether the service already answers HTTP: it writes its token file before it serves, so a
+    missing file will not appear any more (wrong --token-file) and waiting longer is pointless."""
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(base + "/capture/info", timeout=1.0):
+            return True
+    except urllib.error.HTTPError:
+        return True  # 401 without a token: up and serving
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
 
 
 class _Driver:
