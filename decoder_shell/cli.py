@@ -165,16 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extensions():
     """Subcommands that live with their subsystem (gate, capture, serve-reference, report)."""
-    regs = []
-    for mod in ("decoder_shell.replay.gate_cli", "decoder_shell.capture.cli"):
-        try:
-            m = __import__(mod, fromlist=["register"])
-        except ModuleNotFoundError as e:
-            if not (e.name and mod.startswith(e.name)):
-                raise
-            continue
-        regs.append(m.register)
-    return regs
+    from .capture import cli as capture_cli
+    from .replay import gate_cli
+    return [gate_cli.register, capture_cli.register]
 
 
 def main(argv=None) -> int:

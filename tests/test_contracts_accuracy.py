@@ -7,6 +7,9 @@ docs/CONTRACTS.md (tools/accuracy_report.py); the bounds here leave a margin abo
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -17,8 +20,9 @@ torch = pytest.importorskip("torch")
 tmod = pytest.importorskip("transformers.models.deepseek_v4.modeling_deepseek_v4")
 tcfg = pytest.importorskip("transformers.models.deepseek_v4.configuration_deepseek_v4")
 
-from decoder_shell.contracts.official import (EPS, HC, ITERS, official_head, official_post,  # noqa: E402
-                                              official_pre, rel, significant, ulp)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from official import (EPS, HC, ITERS, official_head, official_post, official_pre, rel,  # noqa: E402
+                      significant, ulp)
 
 D, M, SEEDS = 1024, 2, 6
 
