@@ -10,10 +10,12 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "decoder_shell"
 #: docs/ARCHITECTURE.md's table: room -> layer (a room may import rooms of a lower layer).
-LAYERS = {"errors": 0, "contracts": 1, "geometry": 2, "commands": 3, "corpus": 4, "drivers": 5, "replay": 6,
+LAYERS = {"errors": 0, "atomic": 0, "contracts": 1, "geometry": 2, "commands": 3, "corpus": 4, "drivers": 5, "replay": 6,
           "capture": 7, "cli": 8}
 FRAMEWORKS = ("torch", "transformers")
 FRAMEWORK_ROOMS = ("capture",)
+#: Arrows the layers would allow but the rules forbid (docs/ARCHITECTURE.md: drivers know no corpus).
+FORBIDDEN = {("drivers", "corpus")}
 
 
 def room_of(module: str) -> str:
@@ -66,6 +68,8 @@ def violations() -> list[str]:
             other = room_of(target)
             if other == "__init__" and target == "decoder_shell":
                 bad.append(f"{where}: imports the package root")
+            elif (room, other) in FORBIDDEN:
+                bad.append(f"{where}: {room} -> {other} is forbidden")
             elif other != room and LAYERS[other] >= LAYERS[room]:
                 bad.append(f"{where}: {room} -> {other} points up (layer {LAYERS[room]} -> {LAYERS[other]})")
     return bad
