@@ -56,10 +56,10 @@ def pexp(x: np.ndarray) -> np.ndarray:
     return p * scale
 
 
-def psigmoid(z: np.ndarray) -> np.ndarray:
-    """sigmoid(z) = 1 / (1 + pexp(-z)) in fp32."""
+def psigmoid(z: np.ndarray, exp=None) -> np.ndarray:
+    """sigmoid(z) = 1 / (1 + pexp(-z)) in fp32 (`exp` replaces pexp: the gate's inexact variants)."""
     z = np.asarray(z, dtype=F32)
-    return _f(1.0) / (_f(1.0) + pexp(-z))
+    return _f(1.0) / (_f(1.0) + (exp or pexp)(-z))
 
 
 def lane_sum(terms: np.ndarray, lanes: int = LANES) -> np.ndarray:

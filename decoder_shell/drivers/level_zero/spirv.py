@@ -8,7 +8,6 @@ change to any of them builds a new module instead of reusing a stale one.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
