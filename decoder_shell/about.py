@@ -14,16 +14,15 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from . import __version__
-
 DIST = "decoder-shell"
 
 
 def version() -> str:
+    """The installed distribution's version (pyproject.toml's, as `decoder_shell.__version__`)."""
     try:
         return metadata.version(DIST)
     except metadata.PackageNotFoundError:
-        return __version__
+        return "unknown (not installed)"
 
 
 def commit() -> str | None:
@@ -48,24 +47,13 @@ def commit() -> str | None:
     return lines[1]
 
 
-def drivers() -> dict[str, str]:
-    """Each driver's description where it loads here, else its one-line reason."""
-    from .drivers import get_driver
-    from .errors import ShellError
-    out = {}
-    for name in ("cpu", "cuda", "level-zero"):
-        try:
-            out[name] = "available: " + get_driver(name).describe()
-        except ShellError as e:
-            out[name] = "unavailable: " + str(e).removeprefix(f"{name} driver unavailable: ")
-    return out
-
-
-def version_text() -> str:
+def version_text(drivers: dict[str, str]) -> str:
+    """`shell --version`: version and commit, Python and platform, and each driver's state
+    (`drivers.probe()`: name -> "available: ..." or "unavailable: why")."""
     c = commit()
     lines = [f"decoder-shell {version()}" + (f" (commit {c})" if c else ""),
              f"python {platform.python_version()} on {platform.system()} {platform.machine()}"]
-    lines += [f"driver {name:<11} {state}" for name, state in drivers().items()]
+    lines += [f"driver {name:<11} {state}" for name, state in drivers.items()]
     return "\n".join(lines)
 
 

@@ -10,20 +10,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .data import shipped_corpus
+from .atomic import write_atomic
+from .corpus import CORPUS_HELP, SHIPPED_CORPUS, default_corpus
+from .drivers import PLACEMENTS
 from .errors import MismatchError, ShellError, UsageError
-
-#: The corpus commands use when none is named and the current folder holds none: the tiny one
-#: shipped inside the package, so that an installed `shell replay` works from any folder.
-DEFAULT_CORPUS = shipped_corpus()
-CORPUS_HELP = (f"corpus folder (default: ./corpus when the current folder holds one, else the tiny corpus "
-               f"shipped in the package, {DEFAULT_CORPUS})")
-
-
-def default_corpus() -> Path:
-    local = Path("corpus")
-    return local if (local / "corpus.json").is_file() else DEFAULT_CORPUS
-
 
 #: The extra that provides a module a command needs, for the one-line hint when it is missing.
 EXTRAS = {"torch": "capture", "transformers": "capture", "cuda": "cuda", "dpctl": "intel"}
@@ -54,7 +44,8 @@ class VersionAction(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         from .about import version_text
-        print(version_text())
+        from .drivers import probe
+        print(version_text(probe()))
         parser.exit(0)
 
 
@@ -82,7 +73,10 @@ def open_corpus(path):
 def emit_json(obj, out: Path | None = None) -> None:
     text = json.dumps(obj, indent=1, sort_keys=True, default=str)
     if out:
-        Path(out).write_text(text + "\n")
+        try:
+            write_atomic(Path(out), (text + "\n").encode())
+        except OSError as e:
+            raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
     else:
         print(text)
 
@@ -190,7 +184,7 @@ def cmd_replay(args, console: Console) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="shell", description="Capture and replay one TP speculative decode cycle, bit-exact.",
                epilog=f"Commands that read a corpus default to ./corpus when the current folder holds one, "
-                      f"else to the tiny corpus shipped in the package: {DEFAULT_CORPUS}")
+                      f"else to the tiny corpus shipped in the package: {SHIPPED_CORPUS}")
     p.add_argument("--version", action=VersionAction, help="version, commit and the drivers available here")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
@@ -219,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--changed", type=int, default=0, help="changed epochs: new inputs, expected from the contracts")
     s.add_argument("--settle", type=int, default=3, help="untimed epochs before the timed ones")
     s.add_argument("--driver", default="auto", help="auto | cpu | cuda | level-zero")
-    s.add_argument("--placement", default="auto", choices=("auto", "emulated", "processes"),
+    s.add_argument("--placement", default="auto", choices=PLACEMENTS,
                    help="cuda: ranks emulated on one GPU, or one process per rank (auto: processes when "
                         "there is a GPU per rank)")
     s.add_argument("--seed", type=int, default=0, help="seed of the changed epochs' inputs")
@@ -243,16 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extensions():
     """Subcommands that live with their subsystem (gate, capture, serve-reference, report)."""
-    regs = []
-    for mod in ("decoder_shell.replay.gate_cli", "decoder_shell.capture.cli"):
-        try:
-            m = __import__(mod, fromlist=["register"])
-        except ModuleNotFoundError as e:
-            if not (e.name and mod.startswith(e.name)):
-                raise
-            continue
-        regs.append(m.register)
-    return regs
+    from .capture import cli as capture_cli
+    from .replay import gate_cli
+    return [gate_cli.register, capture_cli.register]
 
 
 def main(argv=None) -> int:

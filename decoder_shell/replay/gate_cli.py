@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..data import shipped_corpus
+from ..corpus import CORPUS_HELP
+from ..drivers import PLACEMENTS
 from ..errors import UsageError
 
 
@@ -18,9 +19,7 @@ def register(sub) -> None:
     s = sub.add_parser("gate", help="measure a candidate (or a deletion bound) against the baseline in the full cycle",
                        description="Run baseline and candidate interleaved over the same buffers; PASS (exit 0) only "
                                    "if the candidate is bit-exact and its conservative saving reaches the threshold.")
-    s.add_argument("corpus", nargs="?", type=Path,
-                   help=f"corpus folder (default: ./corpus when the current folder holds one, else the tiny "
-                        f"corpus shipped in the package, {shipped_corpus()})")
+    s.add_argument("corpus", nargs="?", type=Path, help=CORPUS_HELP)
     s.add_argument("--candidate", action="append", default=[], metavar="OP=IMPL",
                    help="replace the commands OP selects by IMPL: a driver variant name or @spec.json (repeatable)")
     s.add_argument("--delete", action="append", default=[], metavar="OP",
@@ -34,7 +33,7 @@ def register(sub) -> None:
     s.add_argument("--settle", type=int, default=3, help="untimed epochs per side before the timed ones (default 3)")
     s.add_argument("--seed", type=int, default=0, help="seed of the changed epochs' inputs")
     s.add_argument("--driver", default="auto", help="auto | cpu | cuda | level-zero")
-    s.add_argument("--placement", default="auto", choices=("auto", "emulated", "processes"),
+    s.add_argument("--placement", default="auto", choices=PLACEMENTS,
                    help="cuda: ranks emulated on one GPU, or one process per rank")
     s.add_argument("--json", action="store_true", help="print the verdict as JSON instead of the tables")
     s.add_argument("--out", type=Path, help="write the JSON verdict here")

@@ -90,8 +90,9 @@ def to_csv(result: dict) -> str:
 
 
 def write_csv(result: dict, path: Path) -> None:
+    from ..atomic import write_atomic
     try:
-        Path(path).write_text(to_csv(result))
+        write_atomic(Path(path), to_csv(result).encode())
     except OSError as e:
         raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
 
