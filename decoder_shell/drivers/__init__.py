@@ -6,8 +6,11 @@ from ..errors import DriverUnavailable, UsageError
 from .base import Driver, Session
 
 NAMES = ("auto", "cpu", "cuda", "level-zero")
-#: Options only the cuda driver takes: where ranks run ("auto", "emulated", "processes") and PDL edges.
+#: Options only the cuda driver takes: where ranks run (PLACEMENTS) and PDL edges.
 CUDA_OPTIONS = ("placement", "pdl")
+#: Where the cuda driver runs ranks: one process per rank when there is a GPU per rank (auto), all on one
+#: device (emulated), or one process per rank regardless (processes).
+PLACEMENTS = ("auto", "emulated", "processes")
 
 
 def get_driver(name: str = "auto", **options) -> Driver:
@@ -41,4 +44,17 @@ def get_driver(name: str = "auto", **options) -> Driver:
     return LevelZeroDriver(**options)
 
 
-__all__ = ["Driver", "Session", "get_driver", "NAMES"]
+def probe() -> dict[str, str]:
+    """Each driver's state here (for `shell --version`): "available: <description>" or
+    "unavailable: <one-line reason>"."""
+    from ..errors import ShellError
+    out = {}
+    for name in NAMES[1:]:
+        try:
+            out[name] = "available: " + get_driver(name).describe()
+        except ShellError as e:
+            out[name] = "unavailable: " + str(e).removeprefix(f"{name} driver unavailable: ")
+    return out
+
+
+__all__ = ["Driver", "Session", "get_driver", "probe", "NAMES"]
