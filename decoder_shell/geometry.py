@@ -118,7 +118,10 @@ class Geometry:
         return [b for p in self.phases for b in p.boundaries()]
 
     def to_json(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not self.fused_norm:  # corpora written before the field existed keep their exact geometry JSON
+            del d["fused_norm"]
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> "Geometry":

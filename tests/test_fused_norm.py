@@ -69,8 +69,9 @@ def test_vllm_mtp_draft_takes_its_own_streams_and_links_them():
 
 def test_old_corpus_geometry_json_reads_as_unfused():
     d = _g().to_json()
-    del d["fused_norm"]
+    assert "fused_norm" not in d  # unfused geometries write the JSON they always wrote
     assert Geometry.from_json(d).fused_norm is False
+    assert Geometry.from_json(_g(fused_norm=True).to_json()).fused_norm is True
     with pytest.raises(Exception, match="fused_norm"):
         Geometry.from_json({**d, "fused_norm": "yes"})
 

@@ -95,12 +95,13 @@ SWAPS: list[tuple] = []
 def install_hooks() -> list[str]:
     """Check and wrap the mHC globals of vLLM's DeepSeek-V4 modules (not bound yet); returns
     'module.name' for each one."""
-    import importlib
+    import vllm.models.deepseek_v4.nvidia.model as model
+    import vllm.models.deepseek_v4.nvidia.mtp as mtp
     if SWAPS:
         return [f"{m.__name__}.{n}" for m, n, _, _ in SWAPS]
     found = []
     for module_name, names in HOOKS.items():
-        module = importlib.import_module(module_name)
+        module = {MODEL: model, MTP: mtp}[module_name]
         for name in names:
             fn = getattr(module, name, None)
             if not callable(fn):
