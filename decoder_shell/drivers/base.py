@@ -14,7 +14,7 @@ import numpy as np
 from ..commands.program import Cycle
 
 #: Poison bit patterns (quiet NaNs): an element the cycle fails to write cannot compare equal.
-POISON = {2: np.uint16(0xFFFF), 4: np.uint32(0xFFFFFFFF)}
+POISON = {1: np.uint8(0xFF), 2: np.uint16(0xFFFF), 4: np.uint32(0xFFFFFFFF)}
 
 
 def poison_like(shape, dtype) -> np.ndarray:
