@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from decoder_shell.contracts.act_qdq import act_qdq
-from decoder_shell.contracts.expert import expert, swiglu
+from decoder_shell.contracts.expert import expert
 from decoder_shell.contracts.moe import (ExpertWeights, check_ids, combine_slots, moe_single, moe_tp,
                                          routed_slots)
 from decoder_shell.contracts.moe_gate import moe_gate
-from decoder_shell.contracts.numerics import BF16, F32, plog1p, psilu, psoftplus, to_bf16
+from decoder_shell.contracts.numerics import F32, plog1p, psilu, psoftplus, to_bf16
 from decoder_shell.contracts.qlinear import QWeight, expand, qlinear, qlinear_expanded
 from decoder_shell.contracts.quant import QuantInputError
 

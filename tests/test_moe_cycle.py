@@ -4,8 +4,6 @@ weights carried as recipes, and bad quantized input as one line and exit 2."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 

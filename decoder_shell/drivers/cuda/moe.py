@@ -81,3 +81,79 @@ def strides(fmt: str, experts: int, mats: int, n: int, k: int) -> dict:
     srow = {"mxfp4": (n, k // 32), "fp8": (n // 32, k // 32), "bf16": (0, 0)}[fmt]
     smat = srow[0] * srow[1]
     return dict(w_rstride=row, w_mstride=row * n, w_estride=row * n * mats, s_mstride=smat, s_estride=smat * mats)
+
+
+class MoeDevice:
+    """The MoE kernels on one device: module, decode tables, device arrays and launches (cuda-python
+    driver API through drivers/cuda/api.Checked). Routing stays on the device; launch dimensions
+    come from the shapes only."""
+
+    def __init__(self, cu, arch: str):
+        self.cu = cu
+        self.module = cu.cuModuleLoadData(build(arch))
+        self.funcs = {n: cu.cuModuleGetFunction(self.module, n.encode()) for n in KERNELS}
+        self.allocs: list[int] = []
+        self.tables = self.upload(tables())
+
+    # --- memory ---------------------------------------------------------------------------------
+    def empty(self, nbytes: int) -> int:
+        ptr = int(self.cu.cuMemAlloc(max(int(nbytes), 256)))
+        self.allocs.append(ptr)
+        return ptr
+
+    def upload(self, a: np.ndarray) -> int:
+        a = np.ascontiguousarray(a)
+        ptr = self.empty(a.nbytes)
+        self.cu.cuMemcpyHtoD(ptr, a.ctypes.data, a.nbytes)
+        return ptr
+
+    def download(self, ptr: int, shape, dtype) -> np.ndarray:
+        out = np.empty(shape, dtype=dtype)
+        self.cu.cuMemcpyDtoH(out.ctypes.data, ptr, out.nbytes)
+        return out
+
+    def reset(self) -> None:
+        """Free every array but the decode tables."""
+        for p in self.allocs:
+            if p != self.tables:
+                self.cu.cuMemFree(p)
+        self.allocs = [self.tables]
+
+    def close(self) -> None:
+        for p in self.allocs:
+            self.cu.cuMemFree(p)
+        self.allocs.clear()
+
+    # --- launches -------------------------------------------------------------------------------
+    def qdq(self, x: int, codes: int, scales: int, rows: int, k: int):
+        from .args import Launch
+        return Launch(self.funcs["moe_qdq"], (-(-(k // 32) // 8), rows, 1), (256, 1, 1),
+                      u64(x), u64(codes), u64(scales), C.c_int(rows), C.c_int(k))
+
+    def gate(self, x: int, w: int, bias: int, ids: int, wts: int, rows: int, d: int, e: int, topk: int,
+             route_scale: float = 1.5):
+        from .args import Launch
+        if e > 1024 or topk > 16:
+            raise ValueError("the gate kernel takes at most 1024 experts and top-16")
+        return Launch(self.funcs["moe_gate"], (rows, 1, 1), (1024, 1, 1), u64(x), u64(w), u64(bias), u64(ids),
+                      u64(wts), C.c_int(rows), C.c_int(d), C.c_int(e), C.c_int(topk), C.c_float(route_scale))
+
+    def linear(self, stage: str, fmt: str, *, xc: int, xs: int, ids: int, rw: int, rows: int, topk: int,
+               act_per_slot: bool, w: int, s: int, experts: int, mats: int, n: int, k: int, out: int):
+        """`stage` "up" (w1/w3 pair -> bf16 h) or "down" (-> fp32); ids 0 for a dense (shared) expert."""
+        from .args import Launch
+        if n % WARPS or k % 32:
+            raise ValueError(f"linear shape {n} x {k} is off the grid ({WARPS} rows, 32 inputs)")
+        st = strides(fmt, experts, mats, n, k)
+        args = MoeLin(xc=xc, xs=xs, ids=ids, rw=rw, rows=rows, topk=topk, act_per_slot=int(act_per_slot), w=w,
+                      s=s, K=k, N=n, out=out, tables=self.tables, **st)
+        return Launch(self.funcs[f"moe_{stage}_{fmt}"], (experts, n // WARPS, 1), (WARPS * 32, 1, 1), args)
+
+    def combine(self, slots: int, shared: int, ids: int, out: int, rows: int, topk: int, d: int):
+        from .args import Launch
+        return Launch(self.funcs["moe_combine"], (-(-d // 256), rows, 1), (256, 1, 1), u64(slots), u64(shared),
+                      u64(ids), u64(out), C.c_int(rows), C.c_int(topk), C.c_int(d))
+
+    def launch(self, launches, stream) -> None:
+        for ln in launches:
+            self.cu.cuLaunchKernel(ln.func, *ln.grid, *ln.block, ln.shared, stream, ln.params_ptr, 0)
