@@ -131,3 +131,8 @@ def test_gate_selects_moe_commands(corpora, tmp_path):
         if exactness:
             assert v["exactness_verdict"] == exactness
         assert v["changes"][0]["commands"] == (15 if args[1].startswith("moe=") else 3)
+
+
+def test_drivers_without_moe_graphs_refuse_in_one_line(corpora):
+    res = run_shell("replay", corpora["packed"], "--driver", "level-zero", "--epochs", "1")
+    assert_one_line_error(res, 2, "does not replay the MoE draft commands")

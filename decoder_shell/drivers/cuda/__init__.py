@@ -8,7 +8,7 @@ placement "auto" picks processes when the host has a GPU for every rank.
 from __future__ import annotations
 
 from ...errors import DriverUnavailable, UsageError
-from ..base import Driver
+from ..base import Driver, refuse_moe
 from . import api
 from .session import VARIANTS, CudaSession
 
@@ -46,6 +46,7 @@ class CudaDriver(Driver):
         return "processes" if ranks > 1 and self.device_count >= ranks else "emulated"
 
     def load(self, cycle, variants=None):
+        refuse_moe(cycle, "cuda")
         self._last = self.placement_for(cycle.ranks)
         if self._last == "processes":
             from .processes import ProcessSession

@@ -6,7 +6,7 @@ on the OpenCL CPU device it submits the prebuilt launch plan through SYCL (sycl_
 
 from __future__ import annotations
 
-from ..base import Driver
+from ..base import Driver, refuse_moe
 from . import runtime
 
 
@@ -26,6 +26,7 @@ class LevelZeroDriver(Driver):
         return self._target
 
     def load(self, cycle, variants=None):
+        refuse_moe(cycle, "level-zero")
         if self.kind == "gpu":
             from .ze_session import ZeSession
             return ZeSession(cycle, self.target, variants)
