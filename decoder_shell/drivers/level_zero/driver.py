@@ -26,8 +26,8 @@ class LevelZeroDriver(Driver):
         return self._target
 
     def load(self, cycle, variants=None):
-        refuse_moe(cycle, "level-zero")
         if self.kind == "gpu":
+            refuse_moe(cycle, "level-zero (Level Zero GPU path)")
             from .ze_session import ZeSession
             return ZeSession(cycle, self.target, variants)
         from .sycl_session import SyclSession
