@@ -111,6 +111,22 @@ def test_nan_scale_byte_is_one_line_exit_2(tmp_path):
     assert_one_line_error(res, 2, "byte 255 (NaN)")
 
 
+def test_out_of_range_expert_id_is_one_line_exit_2(tmp_path):
+    """A captured expert id outside [0, E) (the gate's output and every command reading it, so the
+    corpus stays linked): verify refuses it in one line, exit 2."""
+    path = tmp_path / "c"
+    synth(moe_geometry(rows=2, kind="mtp1"), path, seed=2, recipe_min_bytes=1 << 30)
+    c = Corpus.open(path)
+    b = next(b for b in c.geometry.boundaries() if b.op == "moe_routed")
+    ids = np.array(c.load(c.manifest(b, 1).tensor("ids")))
+    old = c.manifest(b, 1).tensor("ids").digest
+    ids[1, 2] = 8  # tiny-moe has experts 0..7
+    new, _ = c.blobs.put(ids.tobytes())
+    for m in (path / "manifests" / "draft" / "r1").glob("*moe_*.json"):
+        m.write_text(m.read_text().replace(old, new))
+    assert_one_line_error(run_shell("verify", path), 2, "expert id out of range")
+
+
 def test_bad_moe_geometry_is_one_line_exit_2(tmp_path):
     res = run_shell("synth", "--preset", "tiny-moe", "--tp", "3", "--out", tmp_path / "c")
     assert_one_line_error(res, 2, "must split into 32-groups over 3 ranks")
