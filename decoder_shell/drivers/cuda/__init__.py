@@ -10,7 +10,8 @@ from __future__ import annotations
 from ...errors import DriverUnavailable, UsageError
 from ..base import Driver, refuse_moe
 from . import api
-from .session import VARIANTS, CudaSession
+from .session import CudaSession
+from .variants import describe
 
 PLACEMENTS = ("auto", "emulated", "processes")
 
@@ -33,6 +34,7 @@ class CudaDriver(Driver):
         attr = raw.CUdevice_attribute
         major = self.cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.device)
         minor = self.cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.device)
+        self.sm = 10 * major + minor  # compute capability as one number (90 on an H200)
         self.arch = f"sm_{major}{minor}"
         name = self.cu.cuDeviceGetName(128, self.device)
         self.gpu = (name.decode() if isinstance(name, bytes) else str(name)).split("\x00")[0].strip()
@@ -57,7 +59,7 @@ class CudaDriver(Driver):
         return CudaSession(self, cycle, variants, pdl=self.pdl)
 
     def available_variants(self) -> dict:
-        return dict(VARIANTS)
+        return describe()
 
     def describe(self) -> str:
         if self._last == "processes":
