@@ -13,7 +13,8 @@
 
     python tools/cuda_check_moe.py [--cases 40] [--reps 50] [--no-torch] [--json out.json]
 
-Exit 0 when every compared element is exact, 1 otherwise, 3 without a CUDA device.
+Exit 0 when every compared element is exact, 1 otherwise, 3 without a CUDA device, 4 when a kernel
+fails to build or run.
 """
 
 from __future__ import annotations
@@ -373,4 +374,8 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except ShellError as err:  # a build or driver error: one line and its exit code
+        print(f"cuda_check_moe: {err}", file=sys.stderr)
+        sys.exit(err.exit_code)

@@ -17,7 +17,7 @@ from ...contracts.act_qdq import AMAX_FLOOR, INV_E4M3_MAX
 from ...contracts.moe_gate import NORM_EPS
 from ...contracts.numerics import F32, LOG1P_POLY
 from ...contracts.quant import E2M1, E4M3
-from .api import CudaError
+from ...errors import BuildError
 from .nvrtc import EXACT_FLAGS, compile_cubin
 
 HERE = Path(__file__).parent
@@ -44,13 +44,13 @@ def source() -> str:
     base = (HERE / "kernels.cu").read_text()
     at = base.find(PRELUDE_END)
     if at < 0:
-        raise CudaError("kernels.cu no longer defines psigmoid: the MoE kernels cannot take its prelude")
+        raise BuildError("kernels.cu no longer defines psigmoid: the MoE kernels cannot take its prelude")
     prelude = base[:base.index("\n", at) + 1]
     return prelude + constants() + (HERE / "moe.cu").read_text()
 
 
 def build(arch: str = "sm_90") -> bytes:
-    """NVRTC cubin of every MoE kernel (exact flags); a build error raises CudaError."""
+    """NVRTC cubin of every MoE kernel (exact flags); a build error raises BuildError (exit 4)."""
     return compile_cubin(source(), arch, EXACT_FLAGS, name="moe.cu")
 
 
