@@ -17,7 +17,8 @@ from decoder_shell.contracts.moe import ExpertWeights, combine_slots, routed_slo
 from decoder_shell.contracts.moe_gate import moe_gate
 from decoder_shell.contracts.numerics import F32, to_bf16
 from decoder_shell.contracts.qlinear import QWeight, expand, linear
-from decoder_shell.drivers.cuda.moe import strides, tables
+from decoder_shell.contracts.quant import decode_tables as tables
+from decoder_shell.drivers.cuda.moe import strides
 from decoder_shell.errors import DriverUnavailable
 from decoder_shell.replay.compare import bits
 

@@ -44,6 +44,14 @@ def e8m0_exponents(scales: np.ndarray, what: str = "scale") -> np.ndarray:
     return np.asarray(scales).astype(np.int32) - 127
 
 
+def decode_tables() -> np.ndarray:
+    """fp32 [256 + 16]: every E4M3 byte's value, then every E2M1 nibble's, decoded by ml_dtypes (what
+    the device kernels index instead of decoding; the E4M3 NaN bytes decode to NaN, never valid codes)."""
+    e4 = np.arange(256, dtype=np.uint8).view(E4M3).astype(F32)
+    e2 = np.arange(16, dtype=np.uint8).view(E2M1).astype(F32)
+    return np.concatenate([e4, e2]).astype(F32)
+
+
 def check_grid(n: int, what: str) -> None:
     if n % GROUP:
         raise QuantInputError(f"{what} is {n}, not a multiple of {GROUP} (the scale grid)")

@@ -14,8 +14,8 @@ from ..contracts.allreduce import RingContract
 from ..errors import CorpusError, UsageError
 from ..geometry import Boundary, Geometry
 from . import manifest as mf
+from ..atomic import write_atomic
 from . import recipe as rc
-from .atomic import write_atomic
 from .blobs import BlobStore, digest_of
 
 SCHEMA = 1

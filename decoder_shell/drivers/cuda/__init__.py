@@ -8,12 +8,11 @@ placement "auto" picks processes when the host has a GPU for every rank.
 from __future__ import annotations
 
 from ...errors import DriverUnavailable, UsageError
+from .. import PLACEMENTS
 from ..base import Driver, refuse_moe
 from . import api
 from .session import CudaSession
 from .variants import describe
-
-PLACEMENTS = ("auto", "emulated", "processes")
 
 
 class CudaDriver(Driver):

@@ -16,7 +16,7 @@ import numpy as np
 from ...contracts.act_qdq import AMAX_FLOOR, INV_E4M3_MAX
 from ...contracts.moe_gate import NORM_EPS
 from ...contracts.numerics import F32, LOG1P_POLY
-from ...contracts.quant import E2M1, E4M3
+from ...contracts.quant import decode_tables
 from ...errors import BuildError
 from .nvrtc import EXACT_FLAGS, compile_cubin
 
@@ -54,14 +54,6 @@ def build(arch: str = "sm_90") -> bytes:
     return compile_cubin(source(), arch, EXACT_FLAGS, name="moe.cu")
 
 
-def tables() -> np.ndarray:
-    """fp32 [256 + 16]: every E4M3 byte's value, then every E2M1 nibble's, decoded by ml_dtypes
-    (the E4M3 NaN bytes decode to NaN and are never valid codes)."""
-    e4 = np.arange(256, dtype=np.uint8).view(E4M3).astype(F32)
-    e2 = np.arange(16, dtype=np.uint8).view(E2M1).astype(F32)
-    return np.concatenate([e4, e2]).astype(F32)
-
-
 u64 = C.c_uint64
 
 
@@ -93,7 +85,7 @@ class MoeDevice:
         self.module = cu.cuModuleLoadData(build(arch))
         self.funcs = {n: cu.cuModuleGetFunction(self.module, n.encode()) for n in KERNELS}
         self.allocs: list[int] = []
-        self.tables = self.upload(tables())
+        self.tables = self.upload(decode_tables())
 
     # --- memory ---------------------------------------------------------------------------------
     def empty(self, nbytes: int) -> int:

@@ -68,8 +68,8 @@ class SyclSession(Session):
                         for l in self.plan for a in l.args if a.kind == "scratch"}
         self.tables = None
         if any(a.kind == "tables" for l in self.plan for a in l.args):
-            from ..cuda.moe import tables
-            t = tables()
+            from ...contracts.quant import decode_tables
+            t = decode_tables()
             self.tables = dpctl.memory.MemoryUSMDevice(t.nbytes, queue=self.queue)
             self.tables.copy_from_host(t.view(np.uint8))
         kernels = {name: self.program.get_sycl_kernel(name) for name in {l.kernel for l in self.plan}}
