@@ -19,11 +19,12 @@ import blake3
 from ..commands import ops
 from ..commands.program import Cycle
 from ..errors import UsageError
+from ..geometry import MOE_OPS
 
 MHC_OPS = ("mhc_pre", "mhc_post_pre", "mhc_post_head")
-OPS = ("allreduce", *MHC_OPS)
+OPS = ("allreduce", *MHC_OPS, *MOE_OPS)
 #: Selector words -> the ops they select.
-GROUPS = {**{op: (op,) for op in OPS}, "mhc": MHC_OPS, "collectives": ("allreduce",)}
+GROUPS = {**{op: (op,) for op in OPS}, "mhc": MHC_OPS, "collectives": ("allreduce",), "moe": MOE_OPS}
 _BOUNDARY = re.compile(r"^[a-z]+\.\d{4}\.[a-z_]+$")
 
 

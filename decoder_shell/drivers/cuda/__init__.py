@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ...errors import DriverUnavailable, UsageError
 from .. import PLACEMENTS
-from ..base import Driver
+from ..base import Driver, refuse_moe
 from . import api
 from .session import CudaSession
 from .variants import describe
@@ -47,6 +47,7 @@ class CudaDriver(Driver):
         return "processes" if ranks > 1 and self.device_count >= ranks else "emulated"
 
     def load(self, cycle, variants=None):
+        refuse_moe(cycle, "cuda")
         self._last = self.placement_for(cycle.ranks)
         if self._last == "processes":
             from .processes import ProcessSession

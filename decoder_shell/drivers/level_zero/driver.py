@@ -6,7 +6,7 @@ on the OpenCL CPU device it submits the prebuilt launch plan through SYCL (sycl_
 
 from __future__ import annotations
 
-from ..base import Driver
+from ..base import Driver, refuse_moe
 from . import runtime
 
 
@@ -27,6 +27,7 @@ class LevelZeroDriver(Driver):
 
     def load(self, cycle, variants=None):
         if self.kind == "gpu":
+            refuse_moe(cycle, "level-zero (Level Zero GPU path)")
             from .ze_session import ZeSession
             return ZeSession(cycle, self.target, variants)
         from .sycl_session import SyclSession
