@@ -33,6 +33,11 @@ class LevelZeroDriver(Driver):
         from .sycl_session import SyclSession
         return SyclSession(cycle, self.target, variants)
 
+    def available_variants(self) -> dict[str, str]:
+        """Candidate implementations this driver offers, name -> one-line description."""
+        from .plan import VARIANTS
+        return {k: v for k, v in VARIANTS.items() if k != "baseline"}
+
     def versions(self) -> dict:
         from importlib import metadata
         d = self.device

@@ -18,7 +18,9 @@ from ...errors import UsageError
 
 #: Work-items per group of an all-reduce launch.
 ALLREDUCE_GROUP = 256
-VARIANTS = ("baseline", "delete")
+#: Implementations a command can get here, name -> what it does (`shell gate --list-candidates`).
+VARIANTS = {"baseline": "the driver's own SPIR-V kernels (one launch per all-reduce, one per rank and mHC boundary)",
+            "delete": "no launch at all (deletion-only upper bound; outputs stay poisoned)"}
 #: Kernels launched with the lane-tree group size.
 GROUP_KERNELS = tuple(f"{op}_{t}" for op in ("mhc_pre", "mhc_post_pre", "mhc_post_head") for t in ("bf16", "f32"))
 
