@@ -7,7 +7,7 @@ from .base import Driver, Session
 
 NAMES = ("auto", "cpu", "cuda", "level-zero")
 #: Options only the cuda driver takes: where ranks run ("auto", "emulated", "processes") and PDL edges.
-CUDA_OPTIONS = ("placement", "pdl")
+CUDA_OPTIONS = ("placement", "pdl", "cycle")
 
 
 def get_driver(name: str = "auto", **options) -> Driver:

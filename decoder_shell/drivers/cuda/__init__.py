@@ -13,14 +13,38 @@ from . import api
 from .session import VARIANTS, CudaSession
 
 PLACEMENTS = ("auto", "emulated", "processes")
+#: How a session runs the cycle: a graph of kernel nodes, or one persistent cooperative kernel.
+CYCLES = ("graph", "persistent")
+PERSISTENT_VARIANTS = {
+    "persistent": "the whole cycle as one resident cooperative kernel (mHC boundaries with their all-reduce folded "
+                  "in, separated by grid barriers on a 64-bit counter; next weights prefetched into L2; emulated "
+                  "ranks; select every command: --candidate cycle=persistent)",
+    "persistent-fma": "the persistent kernel built with FMA contraction (deliberately inexact)",
+}
+
+
+def persistent_form(cycle, variants, default: str) -> str:
+    """'persistent' / 'persistent-fma' when the whole cycle is to run as one kernel, else ''.
+    The persistent kernel replaces every command at once, so it is all commands or none."""
+    named = {i for i, v in (variants or {}).items() if isinstance(v, str) and v in PERSISTENT_VARIANTS}
+    if not named:
+        return "persistent" if default == "persistent" and not variants else ""
+    forms = {variants[i] for i in named}
+    if len(named) != len(cycle.commands) or len(forms) > 1:
+        raise UsageError("the persistent cycle replaces every command at once: select the whole cycle "
+                         "(--candidate cycle=persistent)")
+    return forms.pop()
 
 
 class CudaDriver(Driver):
     name = "cuda"
 
-    def __init__(self, device: int = 0, placement: str = "auto", pdl: bool = True):
+    def __init__(self, device: int = 0, placement: str = "auto", pdl: bool = True, cycle: str = "graph"):
         if placement not in PLACEMENTS:
             raise UsageError(f"unknown placement {placement!r}; choose one of {', '.join(PLACEMENTS)}")
+        if cycle not in CYCLES:
+            raise UsageError(f"unknown cycle form {cycle!r}; choose one of {', '.join(CYCLES)}")
+        self.cycle_form = cycle
         raw = api.load()
         self.cu = api.Checked(raw)
         n = self.cu.cuDeviceGetCount()
@@ -46,6 +70,9 @@ class CudaDriver(Driver):
         return "processes" if ranks > 1 and self.device_count >= ranks else "emulated"
 
     def load(self, cycle, variants=None):
+        form = persistent_form(cycle, variants, self.cycle_form)
+        if form:
+            return self._load_persistent(cycle, form)
         self._last = self.placement_for(cycle.ranks)
         if self._last == "processes":
             from .processes import ProcessSession
@@ -55,15 +82,26 @@ class CudaDriver(Driver):
         self.cu.cuCtxSetCurrent(self.ctx)
         return CudaSession(self, cycle, variants, pdl=self.pdl)
 
+    def _load_persistent(self, cycle, form: str):
+        if self.placement_for(cycle.ranks) == "processes":
+            raise UsageError("the persistent cycle runs emulated ranks only (--placement emulated); one kernel per "
+                             "rank process is not built yet")
+        from .persistent import PersistentSession
+        self._last = "persistent"
+        self.cu.cuCtxSetCurrent(self.ctx)
+        return PersistentSession(self, cycle, fma=form == "persistent-fma")
+
     def available_variants(self) -> dict:
-        return dict(VARIANTS)
+        return {**VARIANTS, **PERSISTENT_VARIANTS}
 
     def describe(self) -> str:
         if self._last == "processes":
             used = sorted(set(self._devices))
             shared = " (ranks share devices)" if len(used) < len(self._devices) else ""
             return f"cuda ({self.gpu}, {self.arch}, one process per rank on devices {used}{shared})"
+        if self._last == "persistent":
+            return f"cuda ({self.gpu}, {self.arch}, emulated ranks on one device, persistent cycle kernel)"
         return f"cuda ({self.gpu}, {self.arch}, emulated ranks on one device)"
 
 
-__all__ = ["CudaDriver", "PLACEMENTS"]
+__all__ = ["CudaDriver", "CYCLES", "PLACEMENTS"]

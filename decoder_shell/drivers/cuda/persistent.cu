@@ -1,0 +1,252 @@
+// decoder-shell persistent cycle: one resident cooperative grid walks the whole cycle's step list
+// from device memory (drivers/cuda/persistent.py encodes it). Appended to kernels.cu, whose device
+// functions define the contract's bits: lane_streams / stream_value (hc_post and the stream values),
+// lane_dots (the lane order of the projection), the warp/tree4/block_mix tree, psigmoid, sinkhorn_lane
+// and ring_fold (the all-reduce family). Nothing here does arithmetic of its own beyond calling them
+// in the same order as the graph kernels.
+//
+// One step per mHC boundary (its all-reduce folded in when the boundary reads it) or per lone
+// all-reduce; steps are separated by a grid barrier on a 64-bit counter that only grows (the
+// launch's base is read at start, so the epoch is the count / grid size and never wraps). In step s:
+//   - units (rank, row, lane group, output group): lane partial sums of the projection, block tree,
+//     partials in scratch; output group 0 writes the streams (and the all-reduce output);
+//     a boundary that follows another first finishes the producer's post and comb (mixes from the
+//     producer's partials, Sinkhorn) in warp 0 and writes them where its lanes read them;
+//   - finish items of step s-1's boundary (rank, row, lane group): pre and the collapse y;
+//   - every thread prefetches a slice of step s+1's weights into L2.
+// A barrier that does not complete within `timeout_ns` (%globaltimer) sets `err` to the step and
+// every block leaves: the host reports one line instead of hanging the GPU.
+
+struct PStep {
+  int kind;       // 0: all-reduce alone, 1: mHC boundary
+  int op;         // OP_PRE / OP_POST_PRE / OP_POST_HEAD
+  int fused;      // the preceding all-reduce is folded into this boundary
+  int nout;       // projection outputs (24, or 4 for the head)
+  int groups;     // output groups: nout / outputs per unit
+  int rows;       // M
+  int prev;       // step whose partials give this boundary's post and comb (-1: read the buffers)
+  int finish_pc;  // finish items write next_post / next_comb (no later boundary does)
+  int nunits;     // units of this step (all-reduce: blocks of elements)
+  int pad;
+  ArArgs ar;      // kind 0
+  MhcArgs mh[MAXR];  // kind 1, per rank
+};
+
+struct PArgs {
+  const PStep* steps;
+  int nsteps, ranks;
+  u64* bar;           // the barrier counter (64-bit, monotonic over launches)
+  int* err;           // 0, or 1 + the step whose barrier timed out
+  u64 timeout_ns;
+  u64* trace;         // null, or [nsteps + 1] %globaltimer stamps taken by block 0 at each step start
+  int mode;           // 0: the cycle; 1: barriers only (the cost of one barrier)
+  int skip_step;      // watchdog test: the last block leaves before barrier `skip_step` (-1: never)
+};
+
+__device__ __forceinline__ u64 globaltimer() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Grid barrier: every block arrives once on the counter; waiting ends when the count reaches
+// `target` (the launch's base + step * blocks), or after timeout_ns (err set, false returned).
+__device__ __forceinline__ bool grid_barrier(const PArgs& p, u64 target, int step, int* ok_s) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(p.bar, 1ull);
+    const u64 t0 = globaltimer();
+    int ok = 1;
+    while (ld_acquire(p.bar) < target) {
+      if (*(volatile int*)p.err) { ok = 0; break; }
+      if (globaltimer() - t0 > p.timeout_ns) { atomicCAS(p.err, 0, step + 1); ok = 0; break; }
+    }
+    __threadfence();
+    *ok_s = ok;
+  }
+  __syncthreads();
+  return *(volatile int*)ok_s != 0;
+}
+
+// Mixes of row m from the 8 lane-group partials a boundary left in scratch (as the Sinkhorn node).
+template <int NOUT>
+__device__ __forceinline__ float row_mix(const float* scratch, int m, int o, int N, float eps) {
+  const float* p = scratch + (size_t)m * (LANES / BLOCK) * (NOUT + 1);
+  float v[LANES / BLOCK], ss[LANES / BLOCK];
+#pragma unroll
+  for (int b = 0; b < LANES / BLOCK; b++) {
+    v[b] = __ldcg(p + b * (NOUT + 1) + o + 1);
+    ss[b] = __ldcg(p + b * (NOUT + 1));
+  }
+  return block_mix(v, ss, N, eps);
+}
+
+// post and comb of row m of boundary `a` (24 outputs) into post[4], comb[16]; all 32 lanes of one warp.
+__device__ __forceinline__ void post_comb(const MhcArgs& a, int m, float* post, float* comb) {
+  const int t = threadIdx.x & 31;
+  const float mix = row_mix<24>(a.scratch, m, t < 24 ? t : 0, HC * a.D, a.norm_eps);
+  if (t >= HC && t < 2 * HC) post[t - HC] = MUL(2.0f, psigmoid(ADD(MUL(mix, a.scale[1]), a.base[t])));
+  const float cm = __shfl_sync(0xffffffffu, mix, 2 * HC + (t & 15));
+  const int j = (t >> 2) & 3, k = t & 3;
+  const float lg = ADD(MUL(cm, a.scale[2]), a.base[2 * HC + (t & 15)]);
+  const float c = sinkhorn_lane(lg, j, k, t & ~15u, a.hc_eps, a.sinkhorn_iters);
+  if (t < 16) comb[t] = c;
+}
+
+// One unit of a boundary: rank's lanes b*128.. of row m, outputs og*G .. og*G+G-1.
+template <int OP, bool FUSED, int OPG, int Q>
+__device__ void mhc_unit(const PStep* steps, const PStep& st, const MhcArgs& a, int r, int m, int b, int og,
+                         float* sh) {
+  constexpr int NOUT = OP == OP_POST_HEAD ? HC : 24;
+  constexpr int G = OPG < NOUT ? OPG : NOUT;
+  float(*warp_part)[BLOCK / 32] = reinterpret_cast<float(*)[BLOCK / 32]>(sh);
+  const int t = threadIdx.x, lane = b * BLOCK + t, N = HC * a.D, o0 = og * G;
+  const bool writer = og == 0;
+  float acc[1][G + 1];
+#pragma unroll
+  for (int o = 0; o <= G; o++) acc[0][o] = 0.0f;
+  if constexpr (Q > 0) {
+    constexpr int UF = 16 < HC * Q ? 16 : HC * Q;
+    float f[UF][G];
+#pragma unroll
+    for (int u = 0; u < UF; u++)
+#pragma unroll
+      for (int o = 0; o < G; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + u * LANES);
+    if (OP != OP_PRE && st.prev >= 0) {  // the producer's post and comb, written where lane_streams reads them
+      if (t < 32) post_comb(steps[st.prev].mh[r], m, (float*)a.post_in + m * HC, (float*)a.comb_in + m * HC * HC);
+      __syncthreads();
+    }
+    float sv[1][HC * Q];
+    lane_streams<OP, FUSED, Q>(a, m, lane, writer, sv[0]);
+    lane_dots<1, G, UF, Q>(a, f, sv, acc, o0, lane, N);
+  } else {
+    if (OP != OP_PRE && st.prev >= 0) {
+      if (t < 32) post_comb(steps[st.prev].mh[r], m, (float*)a.post_in + m * HC, (float*)a.comb_in + m * HC * HC);
+      __syncthreads();
+    }
+    for (int i = lane; i < N; i += LANES) {
+      float fv[G];
+#pragma unroll
+      for (int o = 0; o < G; o++) fv[o] = __ldg(a.fn + (size_t)(o0 + o) * N + i);
+      const int k = i / a.D, d = i - k * a.D;
+      const float v = stream_value<OP, FUSED>(a, m, k, d, writer);
+      acc[0][0] = ADD(acc[0][0], MUL(v, v));
+#pragma unroll
+      for (int o = 0; o < G; o++) acc[0][o + 1] = ADD(acc[0][o + 1], MUL(v, fv[o]));
+    }
+  }
+  // lane tree inside the warp (adjacent pairs), then the block's 4 warps: the boundary kernel's order
+#pragma unroll
+  for (int o = 0; o <= G; o++) {
+    float v = acc[0][o];
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) v = ADD(v, __shfl_down_sync(0xffffffffu, v, off));
+    if ((t & 31) == 0) warp_part[o][t >> 5] = v;
+  }
+  __syncthreads();
+  if (t <= G && (t > 0 || writer)) {
+    const int slot = t == 0 ? 0 : o0 + t;
+    a.scratch[((size_t)m * (LANES / BLOCK) + b) * (NOUT + 1) + slot] = tree4(warp_part[t]);
+  }
+}
+
+// A finish item of a boundary whose partials are complete: pre of row m and its collapse over the
+// columns d = b*128 + t (+ k*1024); the lane group 0 item also writes post and comb when asked.
+template <int NOUT>
+__device__ void finish_item(const PStep& st, const MhcArgs& a, int m, int b, float* sh) {
+  const int t = threadIdx.x;
+  float* pre_s = sh;
+  if (t < 32) {
+    const float mix = row_mix<NOUT>(a.scratch, m, t < HC ? t : 0, HC * a.D, a.norm_eps);
+    if (t < HC) pre_s[t] = ADD(psigmoid(ADD(MUL(mix, a.scale[0]), a.base[t])), a.hc_eps);
+  } else if (NOUT == 24 && t < 64 && st.finish_pc && b == 0) {
+    post_comb(a, m, a.post_out + m * HC, a.comb_out + m * HC * HC);
+  }
+  __syncthreads();
+  const bf16_t* sm = a.streams + (size_t)m * HC * a.D;
+  for (int d = b * BLOCK + t; d < a.D; d += LANES) {
+    float v = MUL(pre_s[0], bf2f(__ldcg(sm + d)));
+    v = ADD(v, MUL(pre_s[1], bf2f(__ldcg(sm + a.D + d))));
+    v = ADD(v, MUL(pre_s[2], bf2f(__ldcg(sm + 2 * a.D + d))));
+    v = ADD(v, MUL(pre_s[3], bf2f(__ldcg(sm + 3 * a.D + d))));
+    a.y[(size_t)m * a.D + d] = f2bf(v);
+  }
+}
+
+// Every thread of the grid requests a slice of step s's projection weights (every rank) into L2.
+__device__ __forceinline__ void prefetch_step(const PStep& st, int ranks) {
+  if (st.kind != 1) return;
+  const u64 lines = ((u64)st.nout * HC * st.mh[0].D * 4 + 127) / 128;
+  const u64 stride = (u64)gridDim.x * blockDim.x;
+  for (u64 l = (u64)blockIdx.x * blockDim.x + threadIdx.x; l < lines * ranks; l += stride) {
+    const int r = (int)(l / lines);
+    asm volatile("prefetch.global.L2 [%0];" :: "l"((const char*)st.mh[r].fn + (l - r * lines) * 128));
+  }
+}
+
+template <int OPG, int Q>
+__device__ void mhc_dispatch(const PStep* steps, const PStep& st, int r, int m, int b, int og, float* sh) {
+  const MhcArgs& a = st.mh[r];
+  switch (st.op * 2 + st.fused) {
+    case OP_PRE * 2: mhc_unit<OP_PRE, false, OPG, Q>(steps, st, a, r, m, b, og, sh); break;
+    case OP_PRE * 2 + 1: mhc_unit<OP_PRE, true, OPG, Q>(steps, st, a, r, m, b, og, sh); break;
+    case OP_POST_PRE * 2: mhc_unit<OP_POST_PRE, false, OPG, Q>(steps, st, a, r, m, b, og, sh); break;
+    case OP_POST_PRE * 2 + 1: mhc_unit<OP_POST_PRE, true, OPG, Q>(steps, st, a, r, m, b, og, sh); break;
+    case OP_POST_HEAD * 2: mhc_unit<OP_POST_HEAD, false, OPG, Q>(steps, st, a, r, m, b, og, sh); break;
+    default: mhc_unit<OP_POST_HEAD, true, OPG, Q>(steps, st, a, r, m, b, og, sh); break;
+  }
+}
+
+template <int OPG, int Q>
+__device__ void persistent_cycle(const PArgs& p) {
+  __shared__ float sh[(24 + 1) * (BLOCK / 32)];
+  __shared__ int ok_s;
+  __shared__ u64 base_s;
+  const u64 G = gridDim.x;
+  const int t = threadIdx.x;
+  // No block of this launch passes barrier 1 before this block arrives, and the previous launch's
+  // blocks all arrived at every barrier: the count lies in [n * G, (n + 1) * G) for this launch n.
+  if (t == 0) base_s = (*(volatile u64*)p.bar / G) * G;
+  __syncthreads();
+  const u64 base = base_s;
+  for (int s = 0; s <= p.nsteps; s++) {
+    if (s > 0) {
+      if (s == p.skip_step && blockIdx.x == G - 1) return;
+      if (!grid_barrier(p, base + (u64)s * G, s, &ok_s)) return;
+    }
+    if (p.trace && blockIdx.x == 0 && t == 0) p.trace[s] = globaltimer();
+    if (p.mode == 1 || s == p.nsteps && (s == 0 || p.steps[s - 1].kind != 1)) continue;
+    if (s + 1 < p.nsteps) prefetch_step(p.steps[s + 1], p.ranks);
+    const PStep* st = s < p.nsteps ? p.steps + s : nullptr;
+    const PStep* pend = s > 0 && p.steps[s - 1].kind == 1 ? p.steps + s - 1 : nullptr;
+    const int U = st ? st->nunits : 0;
+    const int F = pend ? p.ranks * pend->rows * (LANES / BLOCK) : 0;
+    for (int u = blockIdx.x; u < U + F; u += G) {
+      if (u < U && st->kind == 0) {
+        const ArArgs& a = st->ar;
+        const int e = u * BLOCK + t;
+        if (e < a.ring.n) {
+          const float v = ring_fold(a.in, a.ring, e);
+          for (int q = 0; q < p.ranks; q++) ::st(a.out[q], e, v, a.ring.is_bf16);
+        }
+      } else if (u < U) {
+        int rest = u / (LANES / BLOCK);
+        const int b = u - rest * (LANES / BLOCK);
+        const int og = rest % st->groups;
+        rest /= st->groups;
+        const int m = rest % st->rows, r = rest / st->rows;
+        mhc_dispatch<OPG, Q>(p.steps, *st, r, m, b, og, sh);
+      } else {
+        const int v = u - U;
+        const int b = v % (LANES / BLOCK), m = (v / (LANES / BLOCK)) % pend->rows;
+        const int r = v / (LANES / BLOCK) / pend->rows;
+        if (pend->op == OP_POST_HEAD) finish_item<HC>(*pend, pend->mh[r], m, b, sh);
+        else finish_item<24>(*pend, pend->mh[r], m, b, sh);
+      }
+      __syncthreads();  // shared memory is reused by the block's next unit
+    }
+  }
+}
+
+// Instantiations are generated by the driver: persistent_o<OPG>_q<Q>.

@@ -1,0 +1,156 @@
+"""The persistent cycle: every emulated rank's whole cycle as one resident cooperative kernel.
+
+Instead of a graph of ~1,000 nodes, one kernel (persistent.cu, on top of kernels.cu's device
+functions) walks the step list (steps.py) from device memory, the steps separated by grid barriers
+on a 64-bit counter that only grows. The grid is sized to be co-resident (occupancy API) and launched
+cooperatively, so a barrier cannot wait on a block that never started; where the device cannot hold
+it the load is refused with one line. A barrier that does not complete within the watchdog timeout
+ends the launch and the run fails with one line naming the step. Buffers, poisoning, writes and
+reads are the graph session's (same arenas, same addresses), so every check runs unchanged.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ...commands.program import Cycle
+from ...errors import MismatchError, UsageError
+from . import steps as S
+from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin
+from .session import SOURCE, CudaSession
+
+PERSISTENT_SOURCE = (Path(__file__).with_name("persistent.cu")).read_text()
+#: Watchdog: a barrier not complete after this long ends the launch (DECODER_SHELL_CUDA_WATCHDOG_MS).
+WATCHDOG_MS = 2000.0
+
+
+def source(opg: int, q: int) -> tuple[str, str]:
+    entry = f"persistent_o{opg}_q{q}"
+    wrapper = (f'extern "C" __global__ void __launch_bounds__({S.BLOCK}) {entry}(const PArgs p) '
+               f'{{ persistent_cycle<{opg}, {q}>(p); }}\n')
+    return SOURCE + PERSISTENT_SOURCE + wrapper, entry
+
+
+def fast_q(hidden: int) -> int:
+    """D / 1024 where each lane's stream values stay in registers (as the graph kernels), else 0."""
+    return hidden // 1024 if hidden % 1024 == 0 and hidden // 1024 <= 8 else 0
+
+
+class PersistentSession(CudaSession):
+    """The graph session's buffers, with one cooperative kernel instead of the graph."""
+
+    def __init__(self, drv, cycle: Cycle, *, fma: bool = False, blocks: int | None = None,
+                 watchdog_ms: float | None = None, skip_step: int = -1):
+        super().__init__(drv, cycle, None, build=False)
+        self.drv, self.fma = drv, fma
+        self.skip_step = skip_step
+        self.watchdog_ms = float(watchdog_ms or os.environ.get("DECODER_SHELL_CUDA_WATCHDOG_MS", WATCHDOG_MS))
+        self.plan = S.plan(cycle)
+        self.broken = ""
+        rows = max(p.rows for p in cycle.geometry.phases)
+        self.opg = S.outputs_per_unit(rows)
+        src, self.entry = source(self.opg, fast_q(cycle.geometry.hidden))
+        cu = self.cu
+        self.module = cu.cuModuleLoadData(compile_cubin(src, self.arch, FMA_FLAGS if fma else EXACT_FLAGS,
+                                                        name="persistent.cu"))
+        self.modules = [self.module]
+        self.func = cu.cuModuleGetFunction(self.module, self.entry.encode())
+        raw = cu._cu
+        attr = raw.CUdevice_attribute
+        if not cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, drv.device):
+            raise UsageError(f"persistent cycle: {drv.gpu} has no cooperative launch")
+        sms = cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, drv.device)
+        per_sm = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.func, S.BLOCK, 0)
+        resident = int(sms) * int(per_sm)
+        want = blocks or int(os.environ.get("DECODER_SHELL_CUDA_PERSIST_BLOCKS", "0") or 0) or int(sms) * min(2, max(1, int(per_sm)))
+        if want > resident or resident == 0:
+            raise UsageError(f"persistent cycle: {drv.gpu} holds {resident} blocks of {self.entry} at once "
+                             f"({per_sm} per SM x {sms} SMs); the grid needs {want}")
+        self.blocks = want
+        # device table, barrier counter, error flag, trace
+        table = S.encode(cycle, self.plan, self.addr,
+                         lambda r, i: self._work(r, self.scratch[i]))
+        self.table_ptr = int(cu.cuMemAlloc(C.sizeof(table)))
+        cu.cuMemcpyHtoD(self.table_ptr, C.addressof(table), C.sizeof(table))
+        self.ctl = int(cu.cuMemAlloc(256 + 8 * (len(self.plan) + 1)))
+        cu.cuMemsetD8(self.ctl, 0, 256 + 8 * (len(self.plan) + 1))
+        self.exec = None
+        self.ev_a, self.ev_b = cu.cuEventCreate(0), cu.cuEventCreate(0)
+        self.trace = False
+
+    def _args(self, mode: int = 0) -> S.PArgs:
+        p = S.PArgs()
+        p.steps, p.nsteps, p.ranks = self.table_ptr, len(self.plan), self.cycle.ranks
+        p.bar, p.err = self.ctl, self.ctl + 64
+        p.timeout_ns = int(self.watchdog_ms * 1e6)
+        p.trace = self.ctl + 256 if self.trace else 0
+        p.mode, p.skip_step = mode, self.skip_step
+        return p
+
+    def launch(self, mode: int = 0) -> float:
+        """One cooperative launch; device ms between events around it. Raises after a watchdog stop."""
+        if self.broken:
+            raise MismatchError(self.broken)
+        cu = self.cu
+        p = self._args(mode)
+        params = (C.c_void_p * 1)(C.addressof(p))
+        cu.cuEventRecord(self.ev_a, self.stream)
+        cu.cuLaunchCooperativeKernel(self.func, self.blocks, 1, 1, S.BLOCK, 1, 1, 0, self.stream, C.addressof(params))
+        cu.cuEventRecord(self.ev_b, self.stream)
+        cu.cuStreamSynchronize(self.stream)
+        err = np.zeros(1, dtype=np.int32)
+        cu.cuMemcpyDtoH(err.ctypes.data, self.ctl + 64, 4)
+        if err[0]:
+            step = int(err[0]) - 1
+            done = np.zeros(1, dtype=np.uint64)
+            cu.cuMemcpyDtoH(done.ctypes.data, self.ctl, 8)
+            what = self._step_name(step - 1) if step > 0 else "start"
+            self.broken = (f"persistent cycle: the grid barrier after step {step - 1} ({what}) did not complete within "
+                           f"{self.watchdog_ms:g} ms (barrier count {int(done[0])}, {self.blocks} blocks); the launch "
+                           f"was ended by the watchdog")
+            raise MismatchError(self.broken)
+        return float(cu.cuEventElapsedTime(self.ev_a, self.ev_b))
+
+    def _step_name(self, k: int) -> str:
+        if not 0 <= k < len(self.plan):
+            return "tail"
+        return self.cycle.commands[self.plan[k].cmd].boundary.name
+
+    def run(self, graph=True):
+        return [self.launch()] * self.cycle.ranks
+
+    def step_times(self) -> list[float]:
+        """One launch with %globaltimer stamps at each step start: ms per step (barrier wait included)."""
+        self.trace = True
+        try:
+            self.launch()
+        finally:
+            self.trace = False
+        n = len(self.plan) + 1
+        t = np.zeros(n, dtype=np.uint64)
+        self.cu.cuMemcpyDtoH(t.ctypes.data, self.ctl + 256, 8 * n)
+        return list(np.diff(t.astype(np.int64)) / 1e6)
+
+    def barrier_ms(self, reps: int = 20) -> float:
+        """Median launch time of the same grid doing only its barriers, per barrier."""
+        times = sorted(self.launch(mode=1) for _ in range(reps))
+        return times[len(times) // 2] / len(self.plan)
+
+    @property
+    def node_count(self) -> int:
+        return 1
+
+    def close(self):
+        if self._freed:
+            return
+        cu = self.cu
+        cu.cuStreamSynchronize(self.stream)
+        cu.cuEventDestroy(self.ev_a)
+        cu.cuEventDestroy(self.ev_b)
+        cu.cuMemFree(self.table_ptr)
+        cu.cuMemFree(self.ctl)
+        super().close()
