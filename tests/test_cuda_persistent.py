@@ -93,6 +93,7 @@ def interpret(cycle, table, back, injected):
             else:
                 op = OPS[e.op]
                 assert e.nout == S.NOUT[op] and e.nunits == R * e.rows * S.LANE_GROUPS * e.groups
+                assert e.groups * min(S.outputs_per_unit(cycle), e.nout) == e.nout  # the kernel's OPG
                 for r in range(R):
                     a = e.mh[r]
                     assert a.M == e.rows
@@ -241,3 +242,38 @@ def test_cycle_selector_names_every_command_and_the_driver_takes_all_or_none():
     assert persistent_form(cyc, {}, "graph") == ""
     with pytest.raises(UsageError, match="every command"):
         persistent_form(cyc, make_plan(cyc, ["verify:cycle=persistent"]).variants, "graph")
+
+
+# --- on a GPU ------------------------------------------------------------------------------------
+def _persistent_driver():
+    from decoder_shell.drivers import get_driver
+    from decoder_shell.errors import DriverUnavailable
+    try:
+        return get_driver("cuda", placement="emulated", cycle="persistent")
+    except DriverUnavailable as e:
+        pytest.skip(f"no CUDA GPU here: {e}")
+
+
+@pytest.mark.gpu
+def test_persistent_cycle_bit_exact_on_gpu_and_fma_build_caught():
+    from decoder_shell.replay.selfcheck import run_case, self_check
+    drv = _persistent_driver()
+    summary = self_check(drv, cases=8, seed=1515, variants=False)
+    assert summary["elements_compared"] > 0
+    assert summary["mismatching_elements"] == 0, summary["failures"][:2]
+    cyc = build_cycle(Geometry(preset="t", hidden=4096, layers=1, ranks=2, verify_rows=2, draft_rows=0), RingContract())
+    values = injected_values(cyc, 5)
+    _, bad = run_case(drv, cyc, values, {c.index: "persistent-fma" for c in cyc.commands}, reference(cyc, values))
+    assert sum(bad.values()) > 0
+
+
+@pytest.mark.gpu
+def test_watchdog_ends_a_barrier_that_never_completes():
+    from decoder_shell.drivers.cuda.persistent import PersistentSession
+    from decoder_shell.errors import MismatchError
+    drv = _persistent_driver()
+    cyc = build_cycle(Geometry(preset="t", hidden=256, layers=1, ranks=2, verify_rows=2, draft_rows=0), RingContract())
+    with PersistentSession(drv, cyc, watchdog_ms=200, skip_step=2) as s:
+        with pytest.raises(MismatchError, match="did not complete within 200 ms") as e:
+            s.run()
+        assert "\n" not in str(e.value)

@@ -51,8 +51,7 @@ class PersistentSession(CudaSession):
         self.watchdog_ms = float(watchdog_ms or os.environ.get("DECODER_SHELL_CUDA_WATCHDOG_MS", WATCHDOG_MS))
         self.plan = S.plan(cycle)
         self.broken = ""
-        rows = max(p.rows for p in cycle.geometry.phases)
-        self.opg = S.outputs_per_unit(rows)
+        self.opg = S.outputs_per_unit(cycle)
         src, self.entry = source(self.opg, fast_q(cycle.geometry.hidden))
         cu = self.cu
         self.module = cu.cuModuleLoadData(compile_cubin(src, self.arch, FMA_FLAGS if fma else EXACT_FLAGS,

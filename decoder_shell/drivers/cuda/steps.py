@@ -47,9 +47,10 @@ class Step:
     finish_pc: bool  # the finish of this boundary writes next_post / next_comb (no later step does)
 
 
-def outputs_per_unit(rows: int) -> int:
-    """Projection outputs per unit: 4 for M <= 2 (more blocks share the weight stream), 8 above."""
-    return 4 if rows <= 2 else 8
+def outputs_per_unit(cycle: Cycle) -> int:
+    """Projection outputs per unit (the kernel's OPG, one per build): 4 when every phase has M <= 2
+    (more blocks share the weight stream), else 8 (fewer recomputations of the stream values)."""
+    return 4 if max(p.rows for p in cycle.geometry.phases) <= 2 else 8
 
 
 def plan(cycle: Cycle) -> list[Step]:
@@ -83,8 +84,9 @@ def plan(cycle: Cycle) -> list[Step]:
 
 def encode(cycle: Cycle, steps: list[Step], addr, scratch) -> C.Array:
     """The device table: addr(rank, buffer) is a buffer's address, scratch(rank, cmd) a boundary's
-    partials (M x 8 x (NOUT + 1) fp32)."""
+    partials (M x 8 x (NOUT + 1) fp32). Output groups follow the kernel's outputs_per_unit."""
     g = cycle.geometry
+    opg = outputs_per_unit(cycle)
     R = cycle.ranks
     table = (PStep * len(steps))()
     for k, s in enumerate(steps):
@@ -105,7 +107,7 @@ def encode(cycle: Cycle, steps: list[Step], addr, scratch) -> C.Array:
             continue
         nout = NOUT[c.op]
         e.kind, e.op, e.fused, e.nout = 1, OP_CODE[c.op], int(s.ar is not None), nout
-        e.groups = nout // min(outputs_per_unit(rows), nout)
+        e.groups = nout // min(opg, nout)
         e.nunits = R * rows * LANE_GROUPS * e.groups
         xbuf = cycle.buffers[c.inputs["x"]]
         for r in range(R):
