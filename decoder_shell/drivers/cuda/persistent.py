@@ -65,7 +65,8 @@ class PersistentSession(CudaSession):
         sms = cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, drv.device)
         per_sm = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.func, S.BLOCK, 0)
         resident = int(sms) * int(per_sm)
-        want = blocks or int(os.environ.get("DECODER_SHELL_CUDA_PERSIST_BLOCKS", "0") or 0) or int(sms) * min(2, max(1, int(per_sm)))
+        want = (blocks or int(os.environ.get("DECODER_SHELL_CUDA_PERSIST_BLOCKS", "0") or 0)
+                or min(resident, S.max_items(cycle, self.plan)))
         if want > resident or resident == 0:
             raise UsageError(f"persistent cycle: {drv.gpu} holds {resident} blocks of {self.entry} at once "
                              f"({per_sm} per SM x {sms} SMs); the grid needs {want}")

@@ -11,6 +11,7 @@ on the CPU by interpreting the table with the numpy contracts (tests/test_cuda_p
 from __future__ import annotations
 
 import ctypes as C
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,9 +49,29 @@ class Step:
 
 
 def outputs_per_unit(cycle: Cycle) -> int:
-    """Projection outputs per unit (the kernel's OPG, one per build): 4 when every phase has M <= 2
-    (more blocks share the weight stream), else 8 (fewer recomputations of the stream values)."""
-    return 4 if max(p.rows for p in cycle.geometry.phases) <= 2 else 8
+    """Projection outputs per unit (the kernel's OPG, one per build): 8, so that a dsv4-flash TP4 M=2
+    step (192 units + 64 finish items) fits one round of a 2-blocks-per-SM grid and every unit's
+    Sinkhorn (recomputed per unit) is paid once per round; DECODER_SHELL_CUDA_PERSIST_OPG=4 for
+    tuning runs (more blocks share the weight stream)."""
+    env = os.environ.get("DECODER_SHELL_CUDA_PERSIST_OPG", "")
+    return 4 if env == "4" else 8
+
+
+def max_items(cycle: Cycle, steps: list[Step]) -> int:
+    """The most work items (units + finish items of the step before) of any step: the grid needs no more blocks."""
+    g, R = cycle.geometry, cycle.ranks
+    opg = outputs_per_unit(cycle)
+    best, pend = 1, 0
+    for s in steps:
+        c = cycle.commands[s.cmd]
+        rows = g.phase(c.boundary.phase).rows
+        if s.kind == "mhc":
+            units = R * rows * LANE_GROUPS * (NOUT[c.op] // min(opg, NOUT[c.op]))
+        else:
+            units = -(-int(np.prod(cycle.buffers[c.inputs["x"]].shape)) // BLOCK)
+        best = max(best, units + pend)
+        pend = R * rows * LANE_GROUPS if s.kind == "mhc" else 0
+    return max(best, pend)
 
 
 def plan(cycle: Cycle) -> list[Step]:
