@@ -22,9 +22,25 @@ import numpy as np
 PATHS = ("triton", "tilelang")
 
 
+def source_root(src: Path) -> Path:
+    """The folder holding vllm/: `src` itself, its parent, or a .tgz of vLLM's .py files unpacked once."""
+    root = Path(src)
+    if root.is_file() and root.name.endswith((".tgz", ".tar.gz")):
+        import tarfile
+        import tempfile
+        dest = Path(tempfile.gettempdir()) / f"vllm-peer-src-{root.stat().st_size}"
+        if not (dest / "vllm").is_dir():
+            tmp = Path(tempfile.mkdtemp(dir=tempfile.gettempdir()))
+            with tarfile.open(root) as tf:
+                tf.extractall(tmp, filter="data")
+            tmp.rename(dest)
+        root = dest
+    return root
+
+
 def load(src: Path, path: str):
     """vLLM's mHC functions for `path`; raises ImportError with the reason where they cannot load."""
-    root = Path(src)
+    root = source_root(src)
     if (root / "vllm").is_dir():
         pass
     elif root.name == "vllm" and (root / "__init__.py").exists():
