@@ -219,13 +219,13 @@ def test_persistent_kernel_builds_for_sm90_with_matching_layout(opg, q, tmp_path
 
 def test_layout_check_can_fail(tmp_path, monkeypatch):
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
-    from decoder_shell.drivers.cuda.api import CudaError
+    from decoder_shell.errors import BuildError
     from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
     from decoder_shell.drivers.cuda.persistent import source
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
     src, _ = source(4, 0)
     bad = f"static_assert(sizeof(PStep) == {C.sizeof(S.PStep) + 8}, \"PStep size\");\n"
-    with pytest.raises(CudaError, match="PStep size"):
+    with pytest.raises(BuildError, match="PStep size"):
         compile_cubin(src + bad, "sm_90", EXACT_FLAGS, name="persistent.cu")
 
 
@@ -277,3 +277,50 @@ def test_watchdog_ends_a_barrier_that_never_completes():
         with pytest.raises(MismatchError, match="did not complete within 200 ms") as e:
             s.run()
         assert "\n" not in str(e.value)
+
+
+# --- lifecycle on the CPU: a ledger of driver calls stands in for the device ---------------------
+class _PersistentLedger:
+    """test_cuda_build's ledger plus the queries a persistent session makes (one SM holding `per_sm`)."""
+
+    def __new__(cls, per_sm: int):
+        from test_cuda_build import Ledger
+        pytest.importorskip("cuda.bindings.driver", reason="cuda-python is the cuda extra")
+        from cuda.bindings import driver
+
+        class L(Ledger):
+            QUIET = (*Ledger.QUIET, "cuDeviceGetAttribute")
+            bindings = driver
+
+            def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, *a):
+                return per_sm
+        return L([])
+
+
+class _PDrv:
+    def __init__(self, cu):
+        self.cu, self.arch, self.sm, self.device, self.gpu = cu, "sm_90", 90, 0, "test device"
+
+
+def test_persistent_session_builds_and_frees_everything(tmp_path, monkeypatch):
+    from decoder_shell.drivers.cuda.persistent import PersistentSession
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    cyc = build_cycle(Geometry(preset="t", hidden=64, layers=1, ranks=2, verify_rows=2, draft_rows=1), RingContract())
+    ledger = _PersistentLedger(per_sm=4)
+    s = PersistentSession(_PDrv(ledger), cyc)
+    assert s.blocks == 4 and s.node_count == 1  # as many as one SM holds: fewer than the largest step's items
+    assert sorted(set(ledger.live.values())) == ["event", "mem", "module", "stream"]
+    s.close()
+    assert ledger.live == {}
+
+
+def test_persistent_session_refuses_a_grid_the_device_cannot_hold(tmp_path, monkeypatch):
+    from decoder_shell.drivers.cuda.persistent import PersistentSession
+    from decoder_shell.errors import UsageError
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    cyc = build_cycle(Geometry(preset="t", hidden=64, layers=1, ranks=2, verify_rows=2, draft_rows=0), RingContract())
+    ledger = _PersistentLedger(per_sm=2)
+    with pytest.raises(UsageError, match=r"holds 2 blocks .* the grid needs 5") as e:
+        PersistentSession(_PDrv(ledger), cyc, blocks=5)
+    assert "\n" not in str(e.value)
+    assert ledger.live == {}

@@ -10,7 +10,8 @@ from __future__ import annotations
 from ...errors import DriverUnavailable, UsageError
 from ..base import Driver
 from . import api
-from .session import VARIANTS, CudaSession
+from .session import CudaSession
+from .variants import describe
 
 PLACEMENTS = ("auto", "emulated", "processes")
 #: How a session runs the cycle: a graph of kernel nodes, or one persistent cooperative kernel.
@@ -57,6 +58,7 @@ class CudaDriver(Driver):
         attr = raw.CUdevice_attribute
         major = self.cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.device)
         minor = self.cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.device)
+        self.sm = 10 * major + minor  # compute capability as one number (90 on an H200)
         self.arch = f"sm_{major}{minor}"
         name = self.cu.cuDeviceGetName(128, self.device)
         self.gpu = (name.decode() if isinstance(name, bytes) else str(name)).split("\x00")[0].strip()
@@ -92,7 +94,7 @@ class CudaDriver(Driver):
         return PersistentSession(self, cycle, fma=form == "persistent-fma")
 
     def available_variants(self) -> dict:
-        return {**VARIANTS, **PERSISTENT_VARIANTS}
+        return {**describe(), **PERSISTENT_VARIANTS}
 
     def describe(self) -> str:
         if self._last == "processes":

@@ -21,7 +21,8 @@ from ...commands.program import Cycle
 from ...errors import MismatchError, UsageError
 from . import steps as S
 from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin
-from .session import SOURCE, CudaSession
+from .kernels import SOURCE
+from .session import CudaSession
 
 PERSISTENT_SOURCE = (Path(__file__).with_name("persistent.cu")).read_text()
 #: Watchdog: a barrier not complete after this long ends the launch (DECODER_SHELL_CUDA_WATCHDOG_MS).
@@ -46,41 +47,51 @@ class PersistentSession(CudaSession):
     def __init__(self, drv, cycle: Cycle, *, fma: bool = False, blocks: int | None = None,
                  watchdog_ms: float | None = None, skip_step: int = -1):
         super().__init__(drv, cycle, None, build=False)
-        self.drv, self.fma = drv, fma
+        self.ev_a = self.ev_b = None
+        try:
+            self._build_persistent(drv, fma, blocks, watchdog_ms, skip_step)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build_persistent(self, drv, fma, blocks, watchdog_ms, skip_step):
+        cu, cycle = self.cu, self.cycle
         self.skip_step = skip_step
         self.watchdog_ms = float(watchdog_ms or os.environ.get("DECODER_SHELL_CUDA_WATCHDOG_MS", WATCHDOG_MS))
         self.plan = S.plan(cycle)
         self.broken = ""
+        self.trace = False
         self.opg = S.outputs_per_unit(cycle)
         src, self.entry = source(self.opg, fast_q(cycle.geometry.hidden))
-        cu = self.cu
-        self.module = cu.cuModuleLoadData(compile_cubin(src, self.arch, FMA_FLAGS if fma else EXACT_FLAGS,
-                                                        name="persistent.cu"))
-        self.modules = [self.module]
-        self.func = cu.cuModuleGetFunction(self.module, self.entry.encode())
-        raw = cu._cu
-        attr = raw.CUdevice_attribute
+        mod = self.modules._load(compile_cubin(src, self.arch, FMA_FLAGS if fma else EXACT_FLAGS,
+                                               name="persistent.cu"))
+        self.func = cu.cuModuleGetFunction(mod, self.entry.encode())
+        attr = cu.bindings.CUdevice_attribute
         if not cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, drv.device):
             raise UsageError(f"persistent cycle: {drv.gpu} has no cooperative launch")
-        sms = cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, drv.device)
-        per_sm = cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.func, S.BLOCK, 0)
-        resident = int(sms) * int(per_sm)
+        sms = int(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, drv.device))
+        per_sm = int(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.func, S.BLOCK, 0))
+        resident = sms * per_sm
         want = (blocks or int(os.environ.get("DECODER_SHELL_CUDA_PERSIST_BLOCKS", "0") or 0)
                 or min(resident, S.max_items(cycle, self.plan)))
         if want > resident or resident == 0:
             raise UsageError(f"persistent cycle: {drv.gpu} holds {resident} blocks of {self.entry} at once "
                              f"({per_sm} per SM x {sms} SMs); the grid needs {want}")
         self.blocks = want
-        # device table, barrier counter, error flag, trace
-        table = S.encode(cycle, self.plan, self.addr,
-                         lambda r, i: self._work(r, self.scratch[i]))
-        self.table_ptr = int(cu.cuMemAlloc(C.sizeof(table)))
+        # the step table, then the control words: barrier counter, error flag, trace stamps
+        table = S.encode(cycle, self.plan, self.addr, lambda r, i: self.mem.work(r, self.mem.scratch[i]))
+        self.table_ptr = self._alloc(C.sizeof(table))
         cu.cuMemcpyHtoD(self.table_ptr, C.addressof(table), C.sizeof(table))
-        self.ctl = int(cu.cuMemAlloc(256 + 8 * (len(self.plan) + 1)))
-        cu.cuMemsetD8(self.ctl, 0, 256 + 8 * (len(self.plan) + 1))
-        self.exec = None
+        ctl_bytes = 256 + 8 * (len(self.plan) + 1)
+        self.ctl = self._alloc(ctl_bytes)
+        cu.cuMemsetD8(self.ctl, 0, ctl_bytes)
         self.ev_a, self.ev_b = cu.cuEventCreate(0), cu.cuEventCreate(0)
-        self.trace = False
+
+    def _alloc(self, nbytes: int) -> int:
+        """Device memory freed with the arenas (Arenas.free releases everything in `owned`)."""
+        ptr = int(self.cu.cuMemAlloc(nbytes))
+        self.mem.owned.append(ptr)
+        return ptr
 
     def _args(self, mode: int = 0) -> S.PArgs:
         p = S.PArgs()
@@ -147,10 +158,11 @@ class PersistentSession(CudaSession):
     def close(self):
         if self._freed:
             return
-        cu = self.cu
-        cu.cuStreamSynchronize(self.stream)
-        cu.cuEventDestroy(self.ev_a)
-        cu.cuEventDestroy(self.ev_b)
-        cu.cuMemFree(self.table_ptr)
-        cu.cuMemFree(self.ctl)
-        super().close()
+        try:
+            self.cu.cuStreamSynchronize(self.stream)
+            for ev in (getattr(self, "ev_a", None), getattr(self, "ev_b", None)):
+                if ev is not None:
+                    self.cu.cuEventDestroy(ev)
+            self.ev_a = self.ev_b = None
+        finally:
+            super().close()

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ...contracts import numerics
-from ...errors import DriverUnavailable
+from ...errors import BuildError, DriverUnavailable
 
 KERNEL_DIR = Path(__file__).with_name("kernels")
 #: Concatenated in this order into one translation unit.
@@ -102,4 +102,4 @@ def _run(cmd: list[str], what: str) -> None:
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode:
         first = (res.stderr.strip().splitlines() or ["no message"])[0]
-        raise DriverUnavailable(f"{what} failed to build the level-zero kernels: {first}")
+        raise BuildError(f"{what} failed to build the level-zero kernels: {first}")
