@@ -107,7 +107,7 @@ def cmd_replay(args, console: Console) -> int:
     if args.epochs < 1 or args.changed < 0 or args.settle < 0:
         raise UsageError("--epochs must be >= 1, --changed and --settle >= 0")
     corpus = open_corpus(args.corpus)
-    driver = get_driver(args.driver, placement=args.placement)
+    driver = get_driver(args.driver, placement=args.placement, cycle=args.cycle)
     result = replay(corpus, driver, epochs=args.epochs, changed=args.changed, settle=args.settle, seed=args.seed)
     if args.json:
         emit_json(result.to_json(), args.json_out)
@@ -152,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--placement", default="auto", choices=("auto", "emulated", "processes"),
                    help="cuda: ranks emulated on one GPU, or one process per rank (auto: processes when "
                         "there is a GPU per rank)")
+    s.add_argument("--cycle", default="graph", choices=("graph", "persistent"),
+                   help="cuda: the cycle as a graph of kernel nodes, or as one persistent cooperative kernel "
+                        "(emulated ranks)")
     s.add_argument("--seed", type=int, default=0, help="seed of the changed epochs' inputs")
     s.add_argument("--json", action="store_true", help="print the full result as JSON")
     s.add_argument("--json-out", type=Path, help="write the JSON result here (the table still prints)")

@@ -324,3 +324,14 @@ def test_persistent_session_refuses_a_grid_the_device_cannot_hold(tmp_path, monk
         PersistentSession(_PDrv(ledger), cyc, blocks=5)
     assert "\n" not in str(e.value)
     assert ledger.live == {}
+
+
+def test_replay_cycle_persistent_is_a_cuda_option():
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "decoder_shell.cli", "replay", str(root / "corpus"), "--driver", "cpu",
+                        "--cycle", "persistent"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "--cycle persistent is a cuda driver option" in r.stderr

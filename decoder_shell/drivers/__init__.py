@@ -20,6 +20,8 @@ def get_driver(name: str = "auto", **options) -> Driver:
     cuda_only = {k: options.pop(k) for k in CUDA_OPTIONS if k in options}  # other drivers ignore them
     if name in ("cpu", "level-zero") and cuda_only.get("placement", "auto") != "auto":
         raise UsageError(f"--placement is a cuda driver option (the {name} driver runs every rank in one process)")
+    if name in ("cpu", "level-zero") and cuda_only.get("cycle", "graph") != "graph":
+        raise UsageError(f"--cycle persistent is a cuda driver option (the {name} driver has no persistent kernel)")
     if name == "auto":
         try:
             return get_driver("cuda", **options, **cuda_only)
