@@ -155,12 +155,12 @@ def torch_times(cyc, values, eager_reps=3, graph_reps=20):
     return eager, g
 
 
-def vllm_rows(cyc, values, expected, src: Path) -> dict:
+def vllm_rows(cyc, values, expected, src: Path, paths) -> dict:
     """The production peer's rows; a path that cannot load here is reported with its reason, not fatal."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import vllm_peer
     out = {}
-    for path in vllm_peer.PATHS:
+    for path in paths:
         name = f"vllm {path} peer"
         try:
             out[name] = vllm_peer.measure(cyc, values, expected, src, path)
@@ -179,6 +179,7 @@ def main():
     ap.add_argument("--fixed-width", action="store_true", help="also the fixed-width fused-m2/m4/m8 variants")
     ap.add_argument("--persistent", action="store_true", help="also the persistent cycle kernel")
     ap.add_argument("--vllm-src", type=Path, help="folder holding vLLM's vllm/ sources: the production peer")
+    ap.add_argument("--vllm-paths", nargs="+", default=["triton", "tilelang"], choices=["triton", "tilelang"])
     ap.add_argument("--only-main", action="store_true",
                     help="baseline, persistent, floor, torch graph and peers only (no eager torch, no ablation rows)")
     ap.add_argument("--json", type=Path)
@@ -216,7 +217,7 @@ def main():
                 row["torch eager"] = {"ms": eager}
             row["torch cuda graph"] = {"ms": graph}
         if args.vllm_src:
-            row.update(vllm_rows(cyc, values, expected, args.vllm_src))
+            row.update(vllm_rows(cyc, values, expected, args.vllm_src, args.vllm_paths))
         row["seconds"] = round(time.time() - t0, 1)
         rows_out.append(row)
         print(json.dumps(row), flush=True)

@@ -9,7 +9,9 @@
    --epochs graph epochs and --changed changed epochs, all exact;
 5. tools/persistent_profile.py at M=2 and M=8 (per-step time vs HBM time of the weights and barrier cost);
 6. tools/bench_replay.py --persistent --only-main at M=1/2/4/8 (graph path, persistent, launch floor,
-   torch CUDA graph, vLLM peers where --vllm-src is given).
+   torch CUDA graph, vLLM peers where --vllm-src is given), and 7. the same at --tp 1, M=2.
+Each stage's failure is one line in the results and the others still run; no stage starts after
+--budget seconds (the bench runs in its own process, so a kernel fault cannot take its numbers).
 Everything lands in --out (JSON and logs); a short table is printed last. Exit 0 when every check
 is exact, the FMA build is caught and the watchdog fired.
 
@@ -41,9 +43,39 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def sh(cmd: list[str], log: Path, timeout: float) -> tuple[int, str]:
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    """Run a step in its own process (a kernel fault there cannot take this one's context with it)."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=max(1.0, timeout), cwd=ROOT)
+    except subprocess.TimeoutExpired as e:
+        text = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        log.write_text(text + f"\n--- timed out after {timeout:.0f} s")
+        return 124, text
     log.write_text(r.stdout + "\n--- stderr\n" + r.stderr)
     return r.returncode, r.stdout
+
+
+class Stages:
+    """Each check runs on; an exception is one line in the results, and no stage starts past the budget."""
+
+    def __init__(self, budget: float):
+        self.t0, self.budget, self.res, self.ok = time.time(), budget, {}, True
+
+    def left(self) -> float:
+        return self.budget - (time.time() - self.t0)
+
+    def run(self, name: str, fn):
+        if self.left() <= 0:
+            self.res[name] = {"skipped": f"budget of {self.budget:.0f} s spent"}
+            self.ok = False
+        else:
+            try:
+                value, good = fn()
+                self.res[name] = value
+                self.ok &= bool(good)
+            except Exception as e:
+                self.res[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+                self.ok = False
+        print(f"[{time.time() - self.t0:.0f}s] {name}: {json.dumps(self.res[name], default=str)[:400]}", flush=True)
 
 
 def main():
@@ -54,99 +86,111 @@ def main():
     ap.add_argument("--epochs", type=int, default=70)
     ap.add_argument("--changed", type=int, default=16)
     ap.add_argument("--bench-epochs", type=int, default=30)
-    ap.add_argument("--vllm-src", type=Path)
+    ap.add_argument("--vllm-src", type=Path, help="folder holding vllm/ (or a .tgz of vLLM's .py files)")
+    ap.add_argument("--vllm-paths", nargs="+", default=["triton", "tilelang"], choices=["triton", "tilelang"])
+    ap.add_argument("--budget", type=float, default=520.0, help="seconds; no stage starts after this")
     args = ap.parse_args()
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    t0 = time.time()
-    res: dict = {}
-    ok = True
+    st = Stages(args.budget)
     pdrv = get_driver("cuda", placement="emulated", cycle="persistent")
-
-    # 1. random cycles, and the FMA build caught
-    summary = self_check(pdrv, args.cases, args.seed, variants=False)
-    summary["failures"] = summary["failures"][:5]
-    res["random"] = summary
-    ok &= summary["mismatching_elements"] == 0
     g = Geometry(preset="random", hidden=4096, layers=1, ranks=2, verify_rows=2, draft_rows=0)
     cyc = build_cycle(g, RingContract())
-    values = injected_values(cyc, [args.seed, 99999])
-    _, fma_bad = run_case(pdrv, cyc, values, {c.index: "persistent-fma" for c in cyc.commands}, reference(cyc, values))
-    res["fma_mismatches"] = dict(fma_bad)
-    ok &= sum(fma_bad.values()) > 0
-    print(f"[{time.time() - t0:.0f}s] random cases: {summary['mismatching_elements']} mismatching of "
-          f"{summary['elements_compared']}; fma build: {sum(fma_bad.values())} mismatching", flush=True)
 
-    # 2. the watchdog
-    from decoder_shell.drivers.cuda.persistent import PersistentSession
-    pdrv.cu.cuCtxSetCurrent(pdrv.ctx)
-    w0 = time.time()
-    s = PersistentSession(pdrv, cyc, watchdog_ms=300, skip_step=2)
-    try:
-        s.run()
-        res["watchdog"] = {"fired": False}
-    except MismatchError as e:
-        res["watchdog"] = {"fired": True, "message": str(e), "seconds": round(time.time() - w0, 2)}
-    finally:
-        s.close()
-    ok &= res["watchdog"]["fired"] and "\n" not in res["watchdog"].get("message", "")
-    print(f"[{time.time() - t0:.0f}s] watchdog: {res['watchdog']}", flush=True)
+    def random_cases():  # 1. random cycles
+        summary = self_check(pdrv, args.cases, args.seed, variants=False)
+        summary["failures"] = summary["failures"][:5]
+        return summary, summary["mismatching_elements"] == 0 and summary["elements_compared"] > 0
 
-    # 3. the gate candidate on the shipped corpus
-    rc, _ = sh([sys.executable, "-m", "decoder_shell.cli", "gate", str(ROOT / "corpus"), "--driver", "cuda",
-                "--placement", "emulated", "--candidate", "cycle=persistent", "--epochs", "20", "--changed", "4",
-                "--reps", "2", "--out", str(out / "gate.json")], out / "gate.log", 300)
-    gate = json.loads((out / "gate.json").read_text()) if (out / "gate.json").exists() else {}
-    res["gate"] = {"exit": rc, "verdict": gate.get("verdict"), "exactness": gate.get("exactness_verdict")}
-    print(f"[{time.time() - t0:.0f}s] gate cycle=persistent: exit {rc}", flush=True)
+    def fma():  # ... and the FMA build caught
+        values = injected_values(cyc, [args.seed, 99999])
+        _, bad = run_case(pdrv, cyc, values, {c.index: "persistent-fma" for c in cyc.commands}, reference(cyc, values))
+        return {"mismatching": sum(bad.values()), "by_op": dict(bad)}, sum(bad.values()) > 0
 
-    # 4. dsv4-flash TP4 replay, graph and changed epochs
-    corpus = out / "flash4"
-    if not corpus.exists():
-        sh([sys.executable, "-m", "decoder_shell.cli", "synth", "--preset", "dsv4-flash", "--tp", "4",
-            "--verify-rows", "2", "--draft-rows", "1", "--out", str(corpus)], out / "synth.log", 300)
-    from decoder_shell.cli import open_corpus
-    from decoder_shell.replay.engine import replay
-    r = replay(open_corpus(corpus), pdrv, epochs=args.epochs, changed=args.changed)
-    rj = r.to_json()
-    (out / "replay.json").write_text(json.dumps(rj, indent=1))
-    graph_ok = sum(1 for e in r.epochs if e.kind == "graph" and e.exact)
-    changed_ok = sum(1 for e in r.epochs if e.kind == "changed" and e.exact)
-    times = sorted(e.cycle_ms for e in r.epochs if e.kind == "graph")
-    res["replay"] = {"graph_exact": f"{graph_ok}/{args.epochs}", "changed_exact": f"{changed_ok}/{args.changed}",
-                     "exact": r.exact, "median_ms": times[len(times) // 2] if times else None}
-    ok &= r.exact
-    print(f"[{time.time() - t0:.0f}s] replay: {res['replay']}", flush=True)
+    def watchdog():  # 2. a block that never arrives
+        from decoder_shell.drivers.cuda.persistent import PersistentSession
+        pdrv.cu.cuCtxSetCurrent(pdrv.ctx)
+        w0 = time.time()
+        with PersistentSession(pdrv, cyc, watchdog_ms=300, skip_step=2) as s:
+            try:
+                s.run()
+            except MismatchError as e:
+                return {"fired": True, "message": str(e), "seconds": round(time.time() - w0, 2)}, "\n" not in str(e)
+        return {"fired": False}, False
 
-    # 5. where the time goes
-    import persistent_profile
-    prof = [persistent_profile.profile(m) for m in (2, 8)]
-    os.environ["DECODER_SHELL_CUDA_PERSIST_OPG"] = "4"  # the other build, for the record
-    prof.append(persistent_profile.profile(2))
-    del os.environ["DECODER_SHELL_CUDA_PERSIST_OPG"]
-    (out / "profile.json").write_text(json.dumps(prof, indent=1))
-    for p in prof:
-        print(persistent_profile.render(p) + "\n", flush=True)
+    def gate():  # 3. the gate candidate on the shipped corpus
+        rc, _ = sh([sys.executable, "-m", "decoder_shell.cli", "gate", str(ROOT / "corpus"), "--driver", "cuda",
+                    "--placement", "emulated", "--candidate", "cycle=persistent", "--epochs", "20", "--changed", "4",
+                    "--reps", "2", "--out", str(out / "gate.json")], out / "gate.log", min(240, st.left()))
+        v = json.loads((out / "gate.json").read_text()) if (out / "gate.json").exists() else {}
+        return ({"exit": rc, "verdict": v.get("verdict"), "exactness": v.get("exactness_verdict"),
+                 "saved_ms": v.get("saved_ms")}, v.get("exactness_verdict") == "exact")
 
-    # 6. the bench
-    cmd = [sys.executable, "tools/bench_replay.py", "--rows", "1", "2", "4", "8", "--epochs", str(args.bench_epochs),
-           "--persistent", "--only-main", "--json", str(out / "bench.json")]
-    if args.vllm_src:
-        cmd += ["--vllm-src", str(args.vllm_src)]
-    rc, text = sh(cmd, out / "bench.log", 420)
-    res["bench_exit"] = rc
-    (out / "check.json").write_text(json.dumps(res, indent=1, default=str))
-    print(text[text.find("\ncuda"):] if "\ncuda" in text else f"bench exit {rc}: see {out / 'bench.log'}")
+    def flash_replay():  # 4. dsv4-flash TP4, graph and changed epochs
+        corpus = out / "flash4"
+        if not corpus.exists():
+            sh([sys.executable, "-m", "decoder_shell.cli", "synth", "--preset", "dsv4-flash", "--tp", "4",
+                "--verify-rows", "2", "--draft-rows", "1", "--out", str(corpus)], out / "synth.log", 300)
+        from decoder_shell.cli import open_corpus
+        from decoder_shell.replay.engine import replay
+        r = replay(open_corpus(corpus), pdrv, epochs=args.epochs, changed=args.changed)
+        (out / "replay.json").write_text(json.dumps(r.to_json(), indent=1, default=str))
+        times = sorted(e.cycle_ms for e in r.epochs if e.kind == "graph")
+        return ({"graph_exact": f"{sum(e.exact for e in r.epochs if e.kind == 'graph')}/{args.epochs}",
+                 "changed_exact": f"{sum(e.exact for e in r.epochs if e.kind == 'changed')}/{args.changed}",
+                 "median_ms": times[len(times) // 2] if times else None}, r.exact)
+
+    prof: list = []
+
+    def profile():  # 5. where the time goes
+        import persistent_profile
+        prof.extend(persistent_profile.profile(m) for m in (2, 8))
+        os.environ["DECODER_SHELL_CUDA_PERSIST_OPG"] = "4"  # the other build, for the record
+        try:
+            prof.append(persistent_profile.profile(2))
+        finally:
+            del os.environ["DECODER_SHELL_CUDA_PERSIST_OPG"]
+        (out / "profile.json").write_text(json.dumps(prof, indent=1))
+        for p in prof:
+            print(persistent_profile.render(p) + "\n", flush=True)
+        return {p["kernel"] + f" M={p['M']}": round(p["cycle_ms"], 4) for p in prof}, True
+
+    bench_text = []
+
+    def bench():  # 6. the bench, in its own process
+        cmd = [sys.executable, "tools/bench_replay.py", "--rows", "1", "2", "4", "8", "--epochs",
+               str(args.bench_epochs), "--persistent", "--only-main", "--json", str(out / "bench.json")]
+        if args.vllm_src:
+            cmd += ["--vllm-src", str(args.vllm_src), "--vllm-paths", *args.vllm_paths]
+        rc, text = sh(cmd, out / "bench.log", st.left() + 60)
+        bench_text.append(text)
+        return {"exit": rc}, rc == 0
+
+    def bench_tp1():  # 7. one rank, M=2
+        cmd = [sys.executable, "tools/bench_replay.py", "--tp", "1", "--rows", "2", "--epochs", str(args.bench_epochs),
+               "--persistent", "--only-main", "--json", str(out / "bench-tp1.json")]
+        if args.vllm_src:
+            cmd += ["--vllm-src", str(args.vllm_src), "--vllm-paths", *args.vllm_paths]
+        rc, text = sh(cmd, out / "bench-tp1.log", st.left() + 30)
+        bench_text.append(text)
+        return {"exit": rc}, rc == 0
+
+    st.run("random cases", random_cases)
+    st.run("fma build", fma)
+    st.run("watchdog", watchdog)
+    st.run("gate cycle=persistent", gate)
+    st.run("dsv4-flash TP4 replay", flash_replay)
+    st.run("profile", profile)
+    st.run("bench", bench)
+    st.run("bench --tp 1", bench_tp1)
+    (out / "check.json").write_text(json.dumps(st.res, indent=1, default=str))
+    for text in bench_text:
+        print(text[text.find("\ncuda"):] if "\ncuda" in text else f"(bench: see {out})")
     print("| check | result |\n|---|---|")
-    print(f"| random cycles ({args.cases}) | {summary['mismatching_elements']} mismatching of {summary['elements_compared']} |")
-    print(f"| FMA build caught | {sum(fma_bad.values())} mismatching |")
-    print(f"| watchdog | {'fired: ' + res['watchdog'].get('message', '')[:90] if res['watchdog']['fired'] else 'DID NOT FIRE'} |")
-    print(f"| gate cycle=persistent (shipped corpus) | exit {res['gate']['exit']}, {res['gate']['verdict']}, "
-          f"{res['gate']['exactness']} |")
-    print(f"| dsv4-flash TP4 replay | {res['replay']['graph_exact']} graph, {res['replay']['changed_exact']} changed, "
-          f"median {res['replay']['median_ms']} ms |")
-    print(f"| total | {time.time() - t0:.0f} s, {'OK' if ok else 'FAILED'} |")
-    return 0 if ok else 1
+    for name, v in st.res.items():
+        print(f"| {name} | {json.dumps(v, default=str)[:160]} |")
+    print(f"| total | {time.time() - st.t0:.0f} s, {'OK' if st.ok else 'FAILED'} |")
+    return 0 if st.ok else 1
 
 
 if __name__ == "__main__":
