@@ -94,10 +94,29 @@ __device__ __forceinline__ void post_comb(const MhcArgs& a, int m, float* post, 
   if (t < 16) comb[t] = c;
 }
 
+// The lane's inputs of lane_streams (x, or every rank's partial of it, and the residual columns)
+// requested into L1 while warp 0 runs the Sinkhorn: a hint only (these lines are not written in this step).
+template <bool FUSED, int Q>
+__device__ __forceinline__ void prefetch_lane_inputs(const MhcArgs& a, int m, int lane) {
+#pragma unroll
+  for (int q = 0; q < Q; q++) {
+    const size_t xd = (size_t)m * a.D + lane + q * LANES;
+    if (FUSED) {
+      for (int r = 0; r < a.ring.ranks; r++)
+        asm volatile("prefetch.global.L1 [%0];" :: "l"((const char*)a.peers[r] + xd * (a.ring.is_bf16 ? 2 : 4)));
+    } else {
+      asm volatile("prefetch.global.L1 [%0];" :: "l"((const char*)a.x + xd * (a.x_is_bf16 ? 2 : 4)));
+    }
+#pragma unroll
+    for (int h = 0; h < HC; h++)
+      asm volatile("prefetch.global.L1 [%0];" :: "l"(a.residual + ((size_t)m * HC + h) * a.D + lane + q * LANES));
+  }
+}
+
 // One unit of a boundary: rank's lanes b*128.. of row m, outputs og*G .. og*G+G-1.
 template <int OP, bool FUSED, int OPG, int Q>
 __device__ void mhc_unit(const PStep* steps, const PStep& st, const MhcArgs& a, int r, int m, int b, int og,
-                         float* sh) {
+                         float* sh, int key, int* pc_key) {
   constexpr int NOUT = OP == OP_POST_HEAD ? HC : 24;
   constexpr int G = OPG < NOUT ? OPG : NOUT;
   float(*warp_part)[BLOCK / 32] = reinterpret_cast<float(*)[BLOCK / 32]>(sh);
@@ -113,17 +132,21 @@ __device__ void mhc_unit(const PStep* steps, const PStep& st, const MhcArgs& a, 
     for (int u = 0; u < UF; u++)
 #pragma unroll
       for (int o = 0; o < G; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + u * LANES);
-    if (OP != OP_PRE && st.prev >= 0) {  // the producer's post and comb, written where lane_streams reads them
+    if (OP != OP_PRE && st.prev >= 0 && *(volatile int*)pc_key != key) {
+      // the producer's post and comb, written where lane_streams reads them (once per block and row)
+      prefetch_lane_inputs<FUSED, Q>(a, m, lane);
       if (t < 32) post_comb(steps[st.prev].mh[r], m, (float*)a.post_in + m * HC, (float*)a.comb_in + m * HC * HC);
       __syncthreads();
+      if (t == 0) *pc_key = key;  // read again only after the unit's closing barrier
     }
     float sv[1][HC * Q];
     lane_streams<OP, FUSED, Q>(a, m, lane, writer, sv[0]);
     lane_dots<1, G, UF, Q>(a, f, sv, acc, o0, lane, N);
   } else {
-    if (OP != OP_PRE && st.prev >= 0) {
+    if (OP != OP_PRE && st.prev >= 0 && *(volatile int*)pc_key != key) {
       if (t < 32) post_comb(steps[st.prev].mh[r], m, (float*)a.post_in + m * HC, (float*)a.comb_in + m * HC * HC);
       __syncthreads();
+      if (t == 0) *pc_key = key;
     }
     for (int i = lane; i < N; i += LANES) {
       float fv[G];
@@ -186,15 +209,16 @@ __device__ __forceinline__ void prefetch_step(const PStep& st, int ranks) {
 }
 
 template <int OPG, int Q>
-__device__ void mhc_dispatch(const PStep* steps, const PStep& st, int r, int m, int b, int og, float* sh) {
+__device__ void mhc_dispatch(const PStep* steps, const PStep& st, int r, int m, int b, int og, float* sh, int key,
+                             int* pc_key) {
   const MhcArgs& a = st.mh[r];
   switch (st.op * 2 + st.fused) {
-    case OP_PRE * 2: mhc_unit<OP_PRE, false, OPG, Q>(steps, st, a, r, m, b, og, sh); break;
-    case OP_PRE * 2 + 1: mhc_unit<OP_PRE, true, OPG, Q>(steps, st, a, r, m, b, og, sh); break;
-    case OP_POST_PRE * 2: mhc_unit<OP_POST_PRE, false, OPG, Q>(steps, st, a, r, m, b, og, sh); break;
-    case OP_POST_PRE * 2 + 1: mhc_unit<OP_POST_PRE, true, OPG, Q>(steps, st, a, r, m, b, og, sh); break;
-    case OP_POST_HEAD * 2: mhc_unit<OP_POST_HEAD, false, OPG, Q>(steps, st, a, r, m, b, og, sh); break;
-    default: mhc_unit<OP_POST_HEAD, true, OPG, Q>(steps, st, a, r, m, b, og, sh); break;
+    case OP_PRE * 2: mhc_unit<OP_PRE, false, OPG, Q>(steps, st, a, r, m, b, og, sh, key, pc_key); break;
+    case OP_PRE * 2 + 1: mhc_unit<OP_PRE, true, OPG, Q>(steps, st, a, r, m, b, og, sh, key, pc_key); break;
+    case OP_POST_PRE * 2: mhc_unit<OP_POST_PRE, false, OPG, Q>(steps, st, a, r, m, b, og, sh, key, pc_key); break;
+    case OP_POST_PRE * 2 + 1: mhc_unit<OP_POST_PRE, true, OPG, Q>(steps, st, a, r, m, b, og, sh, key, pc_key); break;
+    case OP_POST_HEAD * 2: mhc_unit<OP_POST_HEAD, false, OPG, Q>(steps, st, a, r, m, b, og, sh, key, pc_key); break;
+    default: mhc_unit<OP_POST_HEAD, true, OPG, Q>(steps, st, a, r, m, b, og, sh, key, pc_key); break;
   }
 }
 
@@ -203,11 +227,15 @@ __device__ void persistent_cycle(const PArgs& p) {
   __shared__ float sh[(24 + 1) * (BLOCK / 32)];
   __shared__ int ok_s;
   __shared__ u64 base_s;
+  __shared__ int pc_key;  // (step, rank, row) whose post and comb this block last wrote
   const u64 G = gridDim.x;
   const int t = threadIdx.x;
   // No block of this launch passes barrier 1 before this block arrives, and the previous launch's
   // blocks all arrived at every barrier: the count lies in [n * G, (n + 1) * G) for this launch n.
-  if (t == 0) base_s = (*(volatile u64*)p.bar / G) * G;
+  if (t == 0) {
+    base_s = (*(volatile u64*)p.bar / G) * G;
+    pc_key = -1;
+  }
   __syncthreads();
   const u64 base = base_s;
   for (int s = 0; s <= p.nsteps; s++) {
@@ -222,7 +250,10 @@ __device__ void persistent_cycle(const PArgs& p) {
     const PStep* pend = s > 0 && p.steps[s - 1].kind == 1 ? p.steps + s - 1 : nullptr;
     const int U = st ? st->nunits : 0;
     const int F = pend ? p.ranks * pend->rows * (LANES / BLOCK) : 0;
-    for (int u = blockIdx.x; u < U + F; u += G) {
+    // contiguous items per block: consecutive units share (rank, row), so post and comb are made once
+    const int per = (U + F + (int)G - 1) / (int)G;
+    const int u1 = min(U + F, ((int)blockIdx.x + 1) * per);
+    for (int u = blockIdx.x * per; u < u1; u++) {
       if (u < U && st->kind == 0) {
         const ArArgs& a = st->ar;
         const int e = u * BLOCK + t;
@@ -236,7 +267,7 @@ __device__ void persistent_cycle(const PArgs& p) {
         const int og = rest % st->groups;
         rest /= st->groups;
         const int m = rest % st->rows, r = rest / st->rows;
-        mhc_dispatch<OPG, Q>(p.steps, *st, r, m, b, og, sh);
+        mhc_dispatch<OPG, Q>(p.steps, *st, r, m, b, og, sh, (s * MAXR + r) * 4096 + m, &pc_key);
       } else {
         const int v = u - U;
         const int b = v % (LANES / BLOCK), m = (v / (LANES / BLOCK)) % pend->rows;
