@@ -55,12 +55,15 @@ def contract_of(ring: A.Ring) -> RingContract:
                         segments=ring.segments)
 
 
-def interpret(cycle, table, back, injected):
-    """Run the PStep table as persistent.cu does, with the numpy contracts; returns every buffer per rank."""
+def interpret(cycle, table, back, injected, local=None, mem=None):
+    """Run the PStep table as persistent.cu does, with the numpy contracts, for the ranks `local`
+    (default all: emulated; one rank: its process's kernel) into `mem`; returns every buffer per rank."""
     R, g = cycle.ranks, cycle.geometry
-    mem = [{b.id: poison_like(b.shape, b.dtype) for b in cycle.outputs()} for _ in range(R)]
-    for r in range(R):
-        mem[r].update(injected[r])
+    local = list(range(R)) if local is None else local
+    if mem is None:
+        mem = [{b.id: poison_like(b.shape, b.dtype) for b in cycle.outputs()} for _ in range(R)]
+        for r in range(R):
+            mem[r].update(injected[r])
     results = {}  # scratch address -> the boundary's contract outputs (what its partials stand for)
 
     def at(a, r):
@@ -88,13 +91,13 @@ def interpret(cycle, table, back, injected):
                 ar = e.ar
                 assert e.nunits * S.BLOCK >= ar.ring.n
                 out = allreduce([load(ar.inp[q], q) for q in range(R)], contract_of(ar.ring))
-                for q in range(R):
+                for q in local:
                     store(ar.out[q], out, q)
             else:
                 op = OPS[e.op]
                 assert e.nout == S.NOUT[op] and e.nunits == R * e.rows * S.LANE_GROUPS * e.groups
                 assert e.groups * min(S.outputs_per_unit(cycle), e.nout) == e.nout  # the kernel's OPG
-                for r in range(R):
+                for r in local:
                     a = e.mh[r]
                     assert a.M == e.rows
                     assert a.D == g.hidden
@@ -114,7 +117,7 @@ def interpret(cycle, table, back, injected):
                     results[a.scratch] = out
                     store(a.streams, out["streams"], r)
         if pend is not None:  # finish items of the previous step's boundary
-            for r in range(R):
+            for r in local:
                 a = pend.mh[r]
                 out = results[a.scratch]
                 store(a.y, out["y"], r)
@@ -167,6 +170,34 @@ def test_table_interprets_to_the_reference_for_any_geometry(d, layers, ranks, ro
     steps, bad = check(cyc, seed)
     assert bad == 0
     assert sum(1 for s in steps if s.kind == "mhc") == sum(1 for c in cyc.commands if c.op != "allreduce")
+
+
+def test_one_table_per_rank_process_interprets_to_the_reference_and_carries_its_arrival_slots():
+    """--placement processes: each rank's kernel walks its own table (peers' partials through their
+    mapped addresses) and meets them at every all-reduce through its slot in every rank's memory."""
+    cyc = build_cycle(Geometry(preset="t", hidden=100, layers=2, ranks=3, verify_rows=2, draft_rows=1,
+                               reduce_dtype="float32"), RingContract(chunks_per_rank=2, offset=-1, direction=-1))
+    values = injected_values(cyc, 4)
+    steps = S.plan(cyc)
+    addr, scratch, back = fake_addresses(cyc)
+    slot = {(q, c.index): ((q + 1) << 40) | (1 << 38) | (c.index << 8)
+            for q in range(3) for c in cyc.commands if c.op == "allreduce"}
+    mem = None
+    for r in range(3):
+        table = S.encode(cyc, steps, addr, scratch, lambda i: ([slot[(q, i)] + 8 * r for q in range(3)], slot[(r, i)]))
+        for k, st_ in enumerate(steps):
+            ar = st_.cmd if st_.kind == "allreduce" else st_.ar
+            assert table[k].flag_in == slot[(r, ar)]
+            assert [table[k].flag_out[q] for q in range(3)] == [slot[(q, ar)] + 8 * r for q in range(3)]
+        if mem is None:
+            mem = [{b.id: poison_like(b.shape, b.dtype) for b in cyc.outputs()} for _ in range(3)]
+            for q in range(3):
+                mem[q].update(values[q])
+        interpret(cyc, table, back, values, local=[r], mem=mem)
+        want = reference(cyc, values)
+        bad = [sum(mismatches(mem[q][b.id], want[q][b.id]) for b in cyc.outputs()) for q in range(3)]
+        assert bad[r] == 0 and all(bad[q] > 0 for q in range(r + 1, 3))  # a rank writes only its own outputs
+    assert S.max_items(cyc, steps, 1) < S.max_items(cyc, steps)
 
 
 def test_interpreter_catches_a_broken_link():
@@ -274,7 +305,7 @@ def test_watchdog_ends_a_barrier_that_never_completes():
     drv = _persistent_driver()
     cyc = build_cycle(Geometry(preset="t", hidden=256, layers=1, ranks=2, verify_rows=2, draft_rows=0), RingContract())
     with PersistentSession(drv, cyc, watchdog_ms=200, skip_step=2) as s:
-        with pytest.raises(MismatchError, match="did not complete within 200 ms") as e:
+        with pytest.raises(MismatchError, match="waited more than 200 ms") as e:
             s.run()
         assert "\n" not in str(e.value)
 

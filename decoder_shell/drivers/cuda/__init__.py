@@ -85,9 +85,11 @@ class CudaDriver(Driver):
         return CudaSession(self, cycle, variants, pdl=self.pdl)
 
     def _load_persistent(self, cycle, form: str):
-        if self.placement_for(cycle.ranks) == "processes":
-            raise UsageError("the persistent cycle runs emulated ranks only (--placement emulated); one kernel per "
-                             "rank process is not built yet")
+        if self.placement_for(cycle.ranks) == "processes":  # one persistent kernel per rank process
+            from .processes import ProcessSession
+            self._last = "processes"
+            self._devices = [(self.device_index + r) % self.device_count for r in range(cycle.ranks)]
+            return ProcessSession(self._devices, cycle, {c.index: form for c in cycle.commands}, pdl=self.pdl)
         from .persistent import PersistentSession
         self._last = "persistent"
         self.cu.cuCtxSetCurrent(self.ctx)

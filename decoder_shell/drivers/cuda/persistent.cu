@@ -26,10 +26,12 @@ struct PStep {
   int rows;       // M
   int prev;       // step whose partials give this boundary's post and comb (-1: read the buffers)
   int finish_pc;  // finish items write next_post / next_comb (no later boundary does)
-  int nunits;     // units of this step (all-reduce: blocks of elements)
+  int nunits;     // units of this step over every rank (all-reduce: blocks of elements)
   int pad;
   ArArgs ar;      // kind 0
   MhcArgs mh[MAXR];  // kind 1, per rank
+  u64* flag_out[MAXR];  // one process per rank: this rank's arrival slot in every rank's memory
+  const u64* flag_in;   // ... and the ranks' slots in this rank's memory (null: emulated ranks)
 };
 
 struct PArgs {
@@ -41,6 +43,7 @@ struct PArgs {
   u64* trace;         // null, or [nsteps + 1] %globaltimer stamps taken by block 0 at each step start
   int mode;           // 0: the cycle; 1: barriers only (the cost of one barrier)
   int skip_step;      // watchdog test: the last block leaves before barrier `skip_step` (-1: never)
+  int rank0, nlocal;  // the ranks this grid computes (emulated: 0, R; one process per rank: r, 1)
 };
 
 __device__ __forceinline__ u64 globaltimer() {
@@ -63,6 +66,28 @@ __device__ __forceinline__ bool grid_barrier(const PArgs& p, u64 target, int ste
       if (globaltimer() - t0 > p.timeout_ns) { atomicCAS(p.err, 0, step + 1); ok = 0; break; }
     }
     __threadfence();
+    *ok_s = ok;
+  }
+  __syncthreads();
+  return *(volatile int*)ok_s != 0;
+}
+
+// One process per rank, at a step that reads peers (its all-reduce): block 0 writes the launch's
+// tag into this rank's slot in every rank's memory, then every block waits until each rank's slot
+// in its own memory holds at least that tag (64-bit, only grows: the launch count). Watchdog as above.
+__device__ __forceinline__ bool arrive_and_wait(const PArgs& p, const PStep& st, u64 tag, int step, int* ok_s) {
+  if (threadIdx.x == 0) {
+    if (blockIdx.x == 0) {
+      __threadfence_system();
+      for (int q = 0; q < p.ranks; q++) st_release_sys(st.flag_out[q], tag);
+    }
+    const u64 t0 = globaltimer();
+    int ok = 1;
+    for (int q = 0; q < p.ranks && ok; q++)
+      while (ld_acquire_sys(st.flag_in + q) < tag) {
+        if (*(volatile int*)p.err) { ok = 0; break; }
+        if (globaltimer() - t0 > p.timeout_ns) { atomicCAS(p.err, 0, step + 1); ok = 0; break; }
+      }
     *ok_s = ok;
   }
   __syncthreads();
@@ -198,13 +223,13 @@ __device__ void finish_item(const PStep& st, const MhcArgs& a, int m, int b, flo
 }
 
 // Every thread of the grid requests a slice of step s's projection weights (every rank) into L2.
-__device__ __forceinline__ void prefetch_step(const PStep& st, int ranks) {
+__device__ __forceinline__ void prefetch_step(const PStep& st, int rank0, int nlocal) {
   if (st.kind != 1) return;
-  const u64 lines = ((u64)st.nout * HC * st.mh[0].D * 4 + 127) / 128;
+  const u64 lines = ((u64)st.nout * HC * st.mh[rank0].D * 4 + 127) / 128;
   const u64 stride = (u64)gridDim.x * blockDim.x;
-  for (u64 l = (u64)blockIdx.x * blockDim.x + threadIdx.x; l < lines * ranks; l += stride) {
+  for (u64 l = (u64)blockIdx.x * blockDim.x + threadIdx.x; l < lines * nlocal; l += stride) {
     const int r = (int)(l / lines);
-    asm volatile("prefetch.global.L2 [%0];" :: "l"((const char*)st.mh[r].fn + (l - r * lines) * 128));
+    asm volatile("prefetch.global.L2 [%0];" :: "l"((const char*)st.mh[rank0 + r].fn + (l - r * lines) * 128));
   }
 }
 
@@ -225,7 +250,7 @@ __device__ void mhc_dispatch(const PStep* steps, const PStep& st, int r, int m, 
 template <int OPG, int Q>
 __device__ void persistent_cycle(const PArgs& p) {
   __shared__ float sh[(24 + 1) * (BLOCK / 32)];
-  __shared__ int ok_s;
+  __shared__ int ok_s, ok2_s;  // barrier, arrival: separate words (a thread may read one while thread 0 sets the other)
   __shared__ u64 base_s;
   __shared__ int pc_key;  // (step, rank, row) whose post and comb this block last wrote
   const u64 G = gridDim.x;
@@ -245,11 +270,13 @@ __device__ void persistent_cycle(const PArgs& p) {
     }
     if (p.trace && blockIdx.x == 0 && t == 0) p.trace[s] = globaltimer();
     if (p.mode == 1 || s == p.nsteps && (s == 0 || p.steps[s - 1].kind != 1)) continue;
-    if (s + 1 < p.nsteps) prefetch_step(p.steps[s + 1], p.ranks);
+    if (s + 1 < p.nsteps) prefetch_step(p.steps[s + 1], p.rank0, p.nlocal);
     const PStep* st = s < p.nsteps ? p.steps + s : nullptr;
     const PStep* pend = s > 0 && p.steps[s - 1].kind == 1 ? p.steps + s - 1 : nullptr;
-    const int U = st ? st->nunits : 0;
-    const int F = pend ? p.ranks * pend->rows * (LANES / BLOCK) : 0;
+    if (st && st->flag_in && (st->kind == 0 || st->fused) && !arrive_and_wait(p, *st, base / G + 1, s, &ok2_s))
+      return;
+    const int U = !st ? 0 : st->kind == 0 ? st->nunits : p.nlocal * st->rows * (LANES / BLOCK) * st->groups;
+    const int F = pend ? p.nlocal * pend->rows * (LANES / BLOCK) : 0;
     // contiguous items per block: consecutive units share (rank, row), so post and comb are made once
     const int per = (U + F + (int)G - 1) / (int)G;
     const int u1 = min(U + F, ((int)blockIdx.x + 1) * per);
@@ -259,19 +286,19 @@ __device__ void persistent_cycle(const PArgs& p) {
         const int e = u * BLOCK + t;
         if (e < a.ring.n) {
           const float v = ring_fold(a.in, a.ring, e);
-          for (int q = 0; q < p.ranks; q++) ::st(a.out[q], e, v, a.ring.is_bf16);
+          for (int q = p.rank0; q < p.rank0 + p.nlocal; q++) ::st(a.out[q], e, v, a.ring.is_bf16);
         }
       } else if (u < U) {
         int rest = u / (LANES / BLOCK);
         const int b = u - rest * (LANES / BLOCK);
         const int og = rest % st->groups;
         rest /= st->groups;
-        const int m = rest % st->rows, r = rest / st->rows;
+        const int m = rest % st->rows, r = p.rank0 + rest / st->rows;
         mhc_dispatch<OPG, Q>(p.steps, *st, r, m, b, og, sh, (s * MAXR + r) * 4096 + m, &pc_key);
       } else {
         const int v = u - U;
         const int b = v % (LANES / BLOCK), m = (v / (LANES / BLOCK)) % pend->rows;
-        const int r = v / (LANES / BLOCK) / pend->rows;
+        const int r = p.rank0 + v / (LANES / BLOCK) / pend->rows;
         if (pend->op == OP_POST_HEAD) finish_item<HC>(*pend, pend->mh[r], m, b, sh);
         else finish_item<24>(*pend, pend->mh[r], m, b, sh);
       }

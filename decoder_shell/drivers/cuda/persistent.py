@@ -44,18 +44,29 @@ def fast_q(hidden: int) -> int:
 class PersistentSession(CudaSession):
     """The graph session's buffers, with one cooperative kernel instead of the graph."""
 
-    def __init__(self, drv, cycle: Cycle, *, fma: bool = False, blocks: int | None = None,
+    def __init__(self, drv, cycle: Cycle, *, rank: int | None = None, fma: bool = False, blocks: int | None = None,
                  watchdog_ms: float | None = None, skip_step: int = -1):
-        super().__init__(drv, cycle, None, build=False)
+        """rank=None: every rank emulated here. rank=r: rank r's kernel (one process per rank); call
+        attach_peers() then build(): its all-reduces meet the peers' through epoch-tagged arrival slots."""
+        super().__init__(drv, cycle, None, rank=rank, build=False)
         self.ev_a = self.ev_b = None
+        self._opts = (drv, fma, blocks, watchdog_ms, skip_step)
+        if rank is None:
+            self.build()
+
+    def build(self):
+        missing = sorted(set(range(self.cycle.ranks)) - set(self.mem.base))
+        if missing:
+            raise UsageError(f"rank {self.rank}: peers {missing} not attached (attach_peers before build)")
         try:
-            self._build_persistent(drv, fma, blocks, watchdog_ms, skip_step)
+            self._build_persistent(*self._opts)
         except BaseException:
             self.close()
             raise
 
     def _build_persistent(self, drv, fma, blocks, watchdog_ms, skip_step):
         cu, cycle = self.cu, self.cycle
+        self.rank0, self.nlocal = (0, cycle.ranks) if self.rank is None else (self.rank, 1)
         self.skip_step = skip_step
         self.watchdog_ms = float(watchdog_ms or os.environ.get("DECODER_SHELL_CUDA_WATCHDOG_MS", WATCHDOG_MS))
         self.plan = S.plan(cycle)
@@ -73,13 +84,17 @@ class PersistentSession(CudaSession):
         per_sm = int(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.func, S.BLOCK, 0))
         resident = sms * per_sm
         want = (blocks or int(os.environ.get("DECODER_SHELL_CUDA_PERSIST_BLOCKS", "0") or 0)
-                or min(resident, S.max_items(cycle, self.plan)))
+                or min(resident, S.max_items(cycle, self.plan, self.nlocal)))
         if want > resident or resident == 0:
             raise UsageError(f"persistent cycle: {drv.gpu} holds {resident} blocks of {self.entry} at once "
                              f"({per_sm} per SM x {sms} SMs); the grid needs {want}")
         self.blocks = want
         # the step table, then the control words: barrier counter, error flag, trace stamps
-        table = S.encode(cycle, self.plan, self.addr, lambda r, i: self.mem.work(r, self.mem.scratch[i]))
+        arrival = None
+        if self.rank is not None:  # the graph path's all-reduce slots: this rank's in every rank's work arena
+            R, me, mem = cycle.ranks, self.rank, self.mem
+            arrival = lambda i: ([mem.work(q, mem.slots[i]) + 8 * me for q in range(R)], mem.work(me, mem.slots[i]))  # noqa: E731
+        table = S.encode(cycle, self.plan, self.addr, lambda r, i: self.mem.work(r, self.mem.scratch[i]), arrival)
         self.table_ptr = self._alloc(C.sizeof(table))
         cu.cuMemcpyHtoD(self.table_ptr, C.addressof(table), C.sizeof(table))
         ctl_bytes = 256 + 8 * (len(self.plan) + 1)
@@ -100,6 +115,7 @@ class PersistentSession(CudaSession):
         p.timeout_ns = int(self.watchdog_ms * 1e6)
         p.trace = self.ctl + 256 if self.trace else 0
         p.mode, p.skip_step = mode, self.skip_step
+        p.rank0, p.nlocal = self.rank0, self.nlocal
         return p
 
     def launch(self, mode: int = 0) -> float:
@@ -119,10 +135,10 @@ class PersistentSession(CudaSession):
             step = int(err[0]) - 1
             done = np.zeros(1, dtype=np.uint64)
             cu.cuMemcpyDtoH(done.ctypes.data, self.ctl, 8)
-            what = self._step_name(step - 1) if step > 0 else "start"
-            self.broken = (f"persistent cycle: the grid barrier after step {step - 1} ({what}) did not complete within "
-                           f"{self.watchdog_ms:g} ms (barrier count {int(done[0])}, {self.blocks} blocks); the launch "
-                           f"was ended by the watchdog")
+            who = "" if self.rank is None else f"rank {self.rank}: "
+            self.broken = (f"{who}persistent cycle: step {step} ({self._step_name(step)}) waited more than "
+                           f"{self.watchdog_ms:g} ms for the grid barrier or a rank's arrival (barrier count "
+                           f"{int(done[0])}, {self.blocks} blocks); the launch was ended by the watchdog")
             raise MismatchError(self.broken)
         return float(cu.cuEventElapsedTime(self.ev_a, self.ev_b))
 

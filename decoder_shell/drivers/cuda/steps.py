@@ -29,12 +29,13 @@ OP_CODE = {"mhc_pre": 0, "mhc_post_pre": 1, "mhc_post_head": 2}
 class PStep(C.Structure):
     _fields_ = [*[(n, C.c_int) for n in ("kind", "op", "fused", "nout", "groups", "rows", "prev", "finish_pc",
                                          "nunits", "pad")],
-                ("ar", A.ArArgs), ("mh", A.MhcArgs * A.MAXR)]
+                ("ar", A.ArArgs), ("mh", A.MhcArgs * A.MAXR), ("flag_out", A.u64 * A.MAXR), ("flag_in", A.u64)]
 
 
 class PArgs(C.Structure):
     _fields_ = [("steps", A.u64), ("nsteps", C.c_int), ("ranks", C.c_int), ("bar", A.u64), ("err", A.u64),
-                ("timeout_ns", A.u64), ("trace", A.u64), ("mode", C.c_int), ("skip_step", C.c_int)]
+                ("timeout_ns", A.u64), ("trace", A.u64), ("mode", C.c_int), ("skip_step", C.c_int),
+                ("rank0", C.c_int), ("nlocal", C.c_int)]
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,10 @@ def outputs_per_unit(cycle: Cycle) -> int:
     return 4 if env == "4" else 8
 
 
-def max_items(cycle: Cycle, steps: list[Step]) -> int:
-    """The most work items (units + finish items of the step before) of any step: the grid needs no more blocks."""
-    g, R = cycle.geometry, cycle.ranks
+def max_items(cycle: Cycle, steps: list[Step], nlocal: int | None = None) -> int:
+    """The most work items (units + finish items of the step before) of any step, for `nlocal` ranks
+    (default: all): the grid needs no more blocks."""
+    g, R = cycle.geometry, nlocal or cycle.ranks
     opg = outputs_per_unit(cycle)
     best, pend = 1, 0
     for s in steps:
@@ -103,9 +105,10 @@ def plan(cycle: Cycle) -> list[Step]:
                  and i not in consumed) for i, s in enumerate(steps)]
 
 
-def encode(cycle: Cycle, steps: list[Step], addr, scratch) -> C.Array:
+def encode(cycle: Cycle, steps: list[Step], addr, scratch, arrival=None) -> C.Array:
     """The device table: addr(rank, buffer) is a buffer's address, scratch(rank, cmd) a boundary's
-    partials (M x 8 x (NOUT + 1) fp32). Output groups follow the kernel's outputs_per_unit."""
+    partials (M x 8 x (NOUT + 1) fp32). Output groups follow the kernel's outputs_per_unit. One
+    process per rank: arrival(cmd) gives an all-reduce's (slot in every rank's memory, slots here)."""
     g = cycle.geometry
     opg = outputs_per_unit(cycle)
     R = cycle.ranks
@@ -116,6 +119,11 @@ def encode(cycle: Cycle, steps: list[Step], addr, scratch) -> C.Array:
         e.prev, e.finish_pc = s.prev, int(s.finish_pc)
         rows = g.phase(c.boundary.phase).rows
         e.rows = rows
+        ar_cmd = s.cmd if s.kind == "allreduce" else s.ar
+        if arrival is not None and ar_cmd is not None:
+            outs, e.flag_in = arrival(ar_cmd)
+            for q, f in enumerate(outs):
+                e.flag_out[q] = f
         if s.kind == "allreduce":
             bx = c.inputs["x"]
             n = int(np.prod(cycle.buffers[bx].shape))
