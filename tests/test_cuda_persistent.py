@@ -299,6 +299,20 @@ def test_persistent_cycle_bit_exact_on_gpu_and_fma_build_caught():
 
 
 @pytest.mark.gpu
+def test_one_persistent_kernel_per_rank_process_replays_exact():
+    import subprocess
+    import sys
+    from pathlib import Path
+    _persistent_driver()
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "decoder_shell.cli", "replay", str(root / "corpus"), "--driver", "cuda",
+                        "--placement", "processes", "--cycle", "persistent", "--epochs", "6", "--changed", "2"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "6/6 graph epochs exact" in r.stdout and "2/2 changed epochs exact" in r.stdout
+
+
+@pytest.mark.gpu
 def test_watchdog_ends_a_barrier_that_never_completes():
     from decoder_shell.drivers.cuda.persistent import PersistentSession
     from decoder_shell.errors import MismatchError

@@ -4,7 +4,8 @@
    special values) through the persistent kernel, launched twice each, every element of every rank
    compared bit-for-bit with the contracts; the FMA build of the kernel must be caught;
 2. the watchdog: a grid whose last block never arrives at a barrier must end with one line;
-3. the gate candidate: `shell gate --candidate cycle=persistent` on the shipped corpus;
+3. the gate candidate: `shell gate --candidate cycle=persistent` on the shipped corpus, and the
+   shipped corpus replayed with one persistent kernel per rank process (`--placement processes`);
 4. a dsv4-flash TP4 corpus (verify M=2 + draft M=1) replayed through the persistent kernel,
    --epochs graph epochs and --changed changed epochs, all exact;
 5. tools/persistent_profile.py at M=2 and M=8 (per-step time vs HBM time of the weights and barrier cost);
@@ -126,6 +127,13 @@ def main():
         return ({"exit": rc, "verdict": v.get("verdict"), "exactness": v.get("exactness_verdict"),
                  "saved_ms": v.get("saved_ms")}, v.get("exactness_verdict") == "exact")
 
+    def processes():  # 3b. one persistent kernel per rank process (the shipped corpus' 2 ranks share this GPU)
+        rc, text = sh([sys.executable, "-m", "decoder_shell.cli", "replay", str(ROOT / "corpus"), "--driver", "cuda",
+                       "--placement", "processes", "--cycle", "persistent", "--epochs", "8", "--changed", "2"],
+                      out / "processes.log", min(240, st.left()))
+        good = rc == 0 and "8/8 graph epochs exact" in text and "2/2 changed epochs exact" in text
+        return {"exit": rc, "exact": good}, good
+
     def flash_replay():  # 4. dsv4-flash TP4, graph and changed epochs
         corpus = out / "flash4"
         if not corpus.exists():
@@ -179,6 +187,7 @@ def main():
     st.run("fma build", fma)
     st.run("watchdog", watchdog)
     st.run("gate cycle=persistent", gate)
+    st.run("processes placement", processes)
     st.run("dsv4-flash TP4 replay", flash_replay)
     st.run("profile", profile)
     st.run("bench", bench)
