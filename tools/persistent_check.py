@@ -26,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -135,7 +136,7 @@ def main():
         return {"exit": rc, "exact": good}, good
 
     def flash_replay():  # 4. dsv4-flash TP4, graph and changed epochs
-        corpus = out / "flash4"
+        corpus = Path(tempfile.gettempdir()) / "decoder-shell-check-flash4"  # large: kept out of --out
         if not corpus.exists():
             sh([sys.executable, "-m", "decoder_shell.cli", "synth", "--preset", "dsv4-flash", "--tp", "4",
                 "--verify-rows", "2", "--draft-rows", "1", "--out", str(corpus)], out / "synth.log", 300)
