@@ -37,7 +37,7 @@ from decoder_shell.commands.program import build_cycle, reference  # noqa: E402
 from decoder_shell.contracts.allreduce import RingContract  # noqa: E402
 from decoder_shell.corpus.synth import injected_values  # noqa: E402
 from decoder_shell.drivers import get_driver  # noqa: E402
-from decoder_shell.errors import MismatchError  # noqa: E402
+from decoder_shell.errors import MismatchError, ShellError  # noqa: E402
 from decoder_shell.geometry import Geometry  # noqa: E402
 from decoder_shell.replay.selfcheck import run_case, self_check  # noqa: E402
 
@@ -95,7 +95,11 @@ def main():
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     st = Stages(args.budget)
-    pdrv = get_driver("cuda", placement="emulated", cycle="persistent")
+    try:
+        pdrv = get_driver("cuda", placement="emulated", cycle="persistent")
+    except ShellError as e:
+        print(f"persistent_check: {e}", file=sys.stderr)
+        return e.exit_code
     g = Geometry(preset="random", hidden=4096, layers=1, ranks=2, verify_rows=2, draft_rows=0)
     cyc = build_cycle(g, RingContract())
 
