@@ -60,6 +60,7 @@ def profile(m: int, tp: int = 4, launches: int = 20) -> dict:
         cycle_ms = statistics.median(s.run()[0] for _ in range(launches))
         steps = np.median(np.array([s.step_times() for _ in range(launches)]), axis=0)
         barrier = s.barrier_ms(launches)
+        phases = inside_steps(np.array([s.step_detail() for _ in range(max(3, launches // 4))]))
         bw = hbm_bandwidth(s)
         rows = []
         for k, st in enumerate(s.plan):
@@ -70,7 +71,26 @@ def profile(m: int, tp: int = 4, launches: int = 20) -> dict:
         return {"M": m, "tp": tp, "blocks": s.blocks, "kernel": s.entry, "cycle_ms": cycle_ms,
                 "steps_ms": float(sum(r["ms"] for r in rows)), "tail_ms": tail,
                 "hbm_bytes_per_ms": bw, "hbm_ms": float(sum(r["hbm_ms"] for r in rows)),
-                "barrier_ms": barrier, "barriers": len(s.plan), "steps": rows}
+                "barrier_ms": barrier, "barriers": len(s.plan), "inside_step_us": phases, "steps": rows}
+
+
+PHASES = ("arguments into shared memory", "post and comb (partials, Sinkhorn)", "stream values (all-reduce folded)",
+          "dot products", "block tree, partials stored", "the block's other items", "barrier wait to the next step")
+
+
+def inside_steps(d: np.ndarray) -> dict:
+    """Median us per phase of block 0's first unit over the steps where every stamp was taken
+    (launches x (steps + 1) x 8 stamps, ns)."""
+    d = d.astype(np.int64)
+    out = {}
+    for k, name in enumerate(PHASES):
+        if k < 6:
+            a, b = d[:, :-1, k], d[:, :-1, k + 1]
+        else:
+            a, b = d[:, :-1, 6], d[:, 1:, 0]
+        ok = (a > 0) & (b >= a) & (d[:, :-1, 1] > 0) & (d[:, :-1, 5] > 0)
+        out[name] = float(np.median((b - a)[ok]) / 1e3) if ok.any() else None
+    return out
 
 
 def render(p: dict) -> str:
@@ -87,6 +107,8 @@ def render(p: dict) -> str:
            f"| floor: HBM + barriers | {floor:.3f} | |",
            f"| distance to that floor | {p['cycle_ms'] - floor:.3f} | "
            f"{(p['cycle_ms'] - floor) / p['barriers'] * 1e3:.2f} us |",
+           "inside a step (block 0's first unit, median us): " + ", ".join(
+               f"{k} {v:.2f}" for k, v in p["inside_step_us"].items() if v is not None),
            "slowest steps: " + ", ".join(f"{r['boundary']} {r['ms'] * 1e3:.1f} us"
                                          for r in sorted(p["steps"], key=lambda r: -r["ms"])[:4])]
     return "\n".join(out)

@@ -17,6 +17,12 @@
 // A barrier that does not complete within `timeout_ns` (%globaltimer) sets `err` to the step and
 // every block leaves: the host reports one line instead of hanging the GPU.
 
+__device__ __forceinline__ u64 globaltimer() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 struct PStep {
   int kind;       // 0: all-reduce alone, 1: mHC boundary
   int op;         // OP_PRE / OP_POST_PRE / OP_POST_HEAD
@@ -44,12 +50,24 @@ struct PArgs {
   int mode;           // 0: the cycle; 1: barriers only (the cost of one barrier)
   int skip_step;      // watchdog test: the last block leaves before barrier `skip_step` (-1: never)
   int rank0, nlocal;  // the ranks this grid computes (emulated: 0, R; one process per rank: r, 1)
+  u64* detail;        // null, or [nsteps + 1][8] %globaltimer stamps of block 0 inside each step (profile)
 };
 
-__device__ __forceinline__ u64 globaltimer() {
-  u64 t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
+// Stamp k of step s (block 0, thread 0, when the profile asks): 0 step start, 1 arguments in shared
+// memory, 2 post and comb ready, 3 stream values, 4 dot products, 5 partials stored, 6 items done.
+__device__ __forceinline__ void stamp(u64* st, int k) {
+  if (st && threadIdx.x == 0) st[k] = globaltimer();
+}
+
+__device__ __forceinline__ u64 ld_relaxed(const u64* p) {
+  u64 v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ u64 ld_relaxed_sys(const u64* p) {
+  u64 v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
 }
 
 // Grid barrier: every block arrives once on the counter; waiting ends when the count reaches
@@ -61,7 +79,10 @@ __device__ __forceinline__ bool grid_barrier(const PArgs& p, u64 target, int ste
     atomicAdd(p.bar, 1ull);
     const u64 t0 = globaltimer();
     int ok = 1;
-    while (ld_acquire(p.bar) < target) {
+    // relaxed polls (an acquire load per poll would also drop this SM's L1 for the blocks still
+    // working beside this one), then one fence: the fence-based acquire of the PTX memory model
+    for (unsigned n = 0; ld_relaxed(p.bar) < target; n++) {
+      if ((n & 7) != 7) continue;
       if (*(volatile int*)p.err) { ok = 0; break; }
       if (globaltimer() - t0 > p.timeout_ns) { atomicCAS(p.err, 0, step + 1); ok = 0; break; }
     }
@@ -84,10 +105,12 @@ __device__ __forceinline__ bool arrive_and_wait(const PArgs& p, const PStep& st,
     const u64 t0 = globaltimer();
     int ok = 1;
     for (int q = 0; q < p.ranks && ok; q++)
-      while (ld_acquire_sys(st.flag_in + q) < tag) {
+      for (unsigned n = 0; ld_relaxed_sys(st.flag_in + q) < tag; n++) {
+        if ((n & 7) != 7) continue;
         if (*(volatile int*)p.err) { ok = 0; break; }
         if (globaltimer() - t0 > p.timeout_ns) { atomicCAS(p.err, 0, step + 1); ok = 0; break; }
       }
+    __threadfence_system();
     *ok_s = ok;
   }
   __syncthreads();
@@ -140,8 +163,8 @@ __device__ __forceinline__ void prefetch_lane_inputs(const MhcArgs& a, int m, in
 
 // One unit of a boundary: rank's lanes b*128.. of row m, outputs og*G .. og*G+G-1.
 template <int OP, bool FUSED, int OPG, int Q>
-__device__ void mhc_unit(const PStep* steps, const PStep& st, const MhcArgs& a, int r, int m, int b, int og,
-                         float* sh, int key, int* pc_key) {
+__device__ void mhc_unit(const PStep& st, const MhcArgs& a, const MhcArgs& prod, int m, int b, int og,
+                         float* sh, int key, int* pc_key, u64* stp) {
   constexpr int NOUT = OP == OP_POST_HEAD ? HC : 24;
   constexpr int G = OPG < NOUT ? OPG : NOUT;
   float(*warp_part)[BLOCK / 32] = reinterpret_cast<float(*)[BLOCK / 32]>(sh);
@@ -160,19 +183,23 @@ __device__ void mhc_unit(const PStep* steps, const PStep& st, const MhcArgs& a, 
     if (OP != OP_PRE && st.prev >= 0 && *(volatile int*)pc_key != key) {
       // the producer's post and comb, written where lane_streams reads them (once per block and row)
       prefetch_lane_inputs<FUSED, Q>(a, m, lane);
-      if (t < 32) post_comb(steps[st.prev].mh[r], m, (float*)a.post_in + m * HC, (float*)a.comb_in + m * HC * HC);
+      if (t < 32) post_comb(prod, m, (float*)a.post_in + m * HC, (float*)a.comb_in + m * HC * HC);
       __syncthreads();
       if (t == 0) *pc_key = key;  // read again only after the unit's closing barrier
     }
+    stamp(stp, 2);
     float sv[1][HC * Q];
     lane_streams<OP, FUSED, Q>(a, m, lane, writer, sv[0]);
+    stamp(stp, 3);
     lane_dots<1, G, UF, Q>(a, f, sv, acc, o0, lane, N);
+    stamp(stp, 4);
   } else {
     if (OP != OP_PRE && st.prev >= 0 && *(volatile int*)pc_key != key) {
-      if (t < 32) post_comb(steps[st.prev].mh[r], m, (float*)a.post_in + m * HC, (float*)a.comb_in + m * HC * HC);
+      if (t < 32) post_comb(prod, m, (float*)a.post_in + m * HC, (float*)a.comb_in + m * HC * HC);
       __syncthreads();
       if (t == 0) *pc_key = key;
     }
+    stamp(stp, 2);
     for (int i = lane; i < N; i += LANES) {
       float fv[G];
 #pragma unroll
@@ -197,6 +224,7 @@ __device__ void mhc_unit(const PStep* steps, const PStep& st, const MhcArgs& a, 
     const int slot = t == 0 ? 0 : o0 + t;
     a.scratch[((size_t)m * (LANES / BLOCK) + b) * (NOUT + 1) + slot] = tree4(warp_part[t]);
   }
+  stamp(stp, 5);
 }
 
 // A finish item of a boundary whose partials are complete: pre of row m and its collapse over the
@@ -223,28 +251,36 @@ __device__ void finish_item(const PStep& st, const MhcArgs& a, int m, int b, flo
 }
 
 // Every thread of the grid requests a slice of step s's projection weights (every rank) into L2.
-__device__ __forceinline__ void prefetch_step(const PStep& st, int rank0, int nlocal) {
+// (blocks idx of count, or every block after its items when none is spare)
+__device__ __forceinline__ void prefetch_step(const PStep& st, int rank0, int nlocal, int idx, int count) {
   if (st.kind != 1) return;
-  const u64 lines = ((u64)st.nout * HC * st.mh[rank0].D * 4 + 127) / 128;
-  const u64 stride = (u64)gridDim.x * blockDim.x;
-  for (u64 l = (u64)blockIdx.x * blockDim.x + threadIdx.x; l < lines * nlocal; l += stride) {
-    const int r = (int)(l / lines);
-    asm volatile("prefetch.global.L2 [%0];" :: "l"((const char*)st.mh[rank0 + r].fn + (l - r * lines) * 128));
+  const int lines = (st.nout * HC * st.mh[rank0].D * 4 + 127) / 128;
+  for (int r = 0; r < nlocal; r++) {
+    const char* fn = (const char*)st.mh[rank0 + r].fn;
+    for (int l = idx * BLOCK + threadIdx.x; l < lines; l += count * BLOCK)
+      asm volatile("prefetch.global.L2 [%0];" :: "l"(fn + (size_t)l * 128));
   }
 }
 
 template <int OPG, int Q>
-__device__ void mhc_dispatch(const PStep* steps, const PStep& st, int r, int m, int b, int og, float* sh, int key,
-                             int* pc_key) {
-  const MhcArgs& a = st.mh[r];
+__device__ void mhc_dispatch(const PStep& st, const MhcArgs& a, const MhcArgs& prod, int m, int b, int og, float* sh,
+                             int key, int* pc_key, u64* stp) {
   switch (st.op * 2 + st.fused) {
-    case OP_PRE * 2: mhc_unit<OP_PRE, false, OPG, Q>(steps, st, a, r, m, b, og, sh, key, pc_key); break;
-    case OP_PRE * 2 + 1: mhc_unit<OP_PRE, true, OPG, Q>(steps, st, a, r, m, b, og, sh, key, pc_key); break;
-    case OP_POST_PRE * 2: mhc_unit<OP_POST_PRE, false, OPG, Q>(steps, st, a, r, m, b, og, sh, key, pc_key); break;
-    case OP_POST_PRE * 2 + 1: mhc_unit<OP_POST_PRE, true, OPG, Q>(steps, st, a, r, m, b, og, sh, key, pc_key); break;
-    case OP_POST_HEAD * 2: mhc_unit<OP_POST_HEAD, false, OPG, Q>(steps, st, a, r, m, b, og, sh, key, pc_key); break;
-    default: mhc_unit<OP_POST_HEAD, true, OPG, Q>(steps, st, a, r, m, b, og, sh, key, pc_key); break;
+    case OP_PRE * 2: mhc_unit<OP_PRE, false, OPG, Q>(st, a, prod, m, b, og, sh, key, pc_key, stp); break;
+    case OP_PRE * 2 + 1: mhc_unit<OP_PRE, true, OPG, Q>(st, a, prod, m, b, og, sh, key, pc_key, stp); break;
+    case OP_POST_PRE * 2: mhc_unit<OP_POST_PRE, false, OPG, Q>(st, a, prod, m, b, og, sh, key, pc_key, stp); break;
+    case OP_POST_PRE * 2 + 1: mhc_unit<OP_POST_PRE, true, OPG, Q>(st, a, prod, m, b, og, sh, key, pc_key, stp); break;
+    case OP_POST_HEAD * 2: mhc_unit<OP_POST_HEAD, false, OPG, Q>(st, a, prod, m, b, og, sh, key, pc_key, stp); break;
+    default: mhc_unit<OP_POST_HEAD, true, OPG, Q>(st, a, prod, m, b, og, sh, key, pc_key, stp); break;
   }
+}
+
+// A by-value copy of one MhcArgs into shared memory by the whole block (one round trip, then the
+// unit's argument reads are shared-memory loads instead of chains of global ones).
+__device__ __forceinline__ void copy_args(MhcArgs* dst, const MhcArgs& src) {
+  constexpr int W = sizeof(MhcArgs) / 8;
+  static_assert(sizeof(MhcArgs) % 8 == 0, "MhcArgs is copied in 8-byte words");
+  for (int i = threadIdx.x; i < W; i += BLOCK) reinterpret_cast<u64*>(dst)[i] = reinterpret_cast<const u64*>(&src)[i];
 }
 
 template <int OPG, int Q>
@@ -253,6 +289,7 @@ __device__ void persistent_cycle(const PArgs& p) {
   __shared__ int ok_s, ok2_s;  // barrier, arrival: separate words (a thread may read one while thread 0 sets the other)
   __shared__ u64 base_s;
   __shared__ int pc_key;  // (step, rank, row) whose post and comb this block last wrote
+  __shared__ MhcArgs args_s[2];  // the unit's boundary and the producer of its post and comb
   const u64 G = gridDim.x;
   const int t = threadIdx.x;
   // No block of this launch passes barrier 1 before this block arrives, and the previous launch's
@@ -269,18 +306,25 @@ __device__ void persistent_cycle(const PArgs& p) {
       if (!grid_barrier(p, base + (u64)s * G, s, &ok_s)) return;
     }
     if (p.trace && blockIdx.x == 0 && t == 0) p.trace[s] = globaltimer();
+    u64* stp = p.detail && blockIdx.x == 0 ? p.detail + (size_t)s * 8 : nullptr;
+    stamp(stp, 0);
     if (p.mode == 1 || s == p.nsteps && (s == 0 || p.steps[s - 1].kind != 1)) continue;
-    if (s + 1 < p.nsteps) prefetch_step(p.steps[s + 1], p.rank0, p.nlocal);
     const PStep* st = s < p.nsteps ? p.steps + s : nullptr;
     const PStep* pend = s > 0 && p.steps[s - 1].kind == 1 ? p.steps + s - 1 : nullptr;
-    if (st && st->flag_in && (st->kind == 0 || st->fused) && !arrive_and_wait(p, *st, base / G + 1, s, &ok2_s))
-      return;
     const int U = !st ? 0 : st->kind == 0 ? st->nunits : p.nlocal * st->rows * (LANES / BLOCK) * st->groups;
     const int F = pend ? p.nlocal * pend->rows * (LANES / BLOCK) : 0;
     // contiguous items per block: consecutive units share (rank, row), so post and comb are made once
     const int per = (U + F + (int)G - 1) / (int)G;
-    const int u1 = min(U + F, ((int)blockIdx.x + 1) * per);
-    for (int u = blockIdx.x * per; u < u1; u++) {
+    const int u0 = (int)blockIdx.x * per, u1 = min(U + F, u0 + per);
+    // the next step's weights into L2: by the blocks with no unit (finish items or nothing), off the
+    // critical path; when every block has units, by every block after its items
+    const int first_spare = per > 0 ? (U + per - 1) / per : (int)G;
+    const bool spare_exist = first_spare < (int)G;
+    if (s + 1 < p.nsteps && spare_exist && (int)blockIdx.x >= first_spare)
+      prefetch_step(p.steps[s + 1], p.rank0, p.nlocal, blockIdx.x - first_spare, (int)G - first_spare);
+    if (st && st->flag_in && (st->kind == 0 || st->fused) && !arrive_and_wait(p, *st, base / G + 1, s, &ok2_s))
+      return;
+    for (int u = u0; u < u1; u++) {
       if (u < U && st->kind == 0) {
         const ArArgs& a = st->ar;
         const int e = u * BLOCK + t;
@@ -294,16 +338,27 @@ __device__ void persistent_cycle(const PArgs& p) {
         const int og = rest % st->groups;
         rest /= st->groups;
         const int m = rest % st->rows, r = p.rank0 + rest / st->rows;
-        mhc_dispatch<OPG, Q>(p.steps, *st, r, m, b, og, sh, (s * MAXR + r) * 4096 + m, &pc_key);
+        const int key = (s * MAXR + r) * 4096 + m;
+        if (u == u0 || b == 0) {  // a new rank or row: its arguments into shared memory
+          copy_args(&args_s[0], st->mh[r]);
+          if (st->prev >= 0) copy_args(&args_s[1], p.steps[st->prev].mh[r]);
+          __syncthreads();
+        }
+        stamp(u == u0 ? stp : nullptr, 1);
+        mhc_dispatch<OPG, Q>(*st, args_s[0], args_s[1], m, b, og, sh, key, &pc_key, u == u0 ? stp : nullptr);
       } else {
         const int v = u - U;
         const int b = v % (LANES / BLOCK), m = (v / (LANES / BLOCK)) % pend->rows;
         const int r = p.rank0 + v / (LANES / BLOCK) / pend->rows;
-        if (pend->op == OP_POST_HEAD) finish_item<HC>(*pend, pend->mh[r], m, b, sh);
-        else finish_item<24>(*pend, pend->mh[r], m, b, sh);
+        copy_args(&args_s[0], pend->mh[r]);
+        __syncthreads();
+        if (pend->op == OP_POST_HEAD) finish_item<HC>(*pend, args_s[0], m, b, sh);
+        else finish_item<24>(*pend, args_s[0], m, b, sh);
       }
       __syncthreads();  // shared memory is reused by the block's next unit
     }
+    if (s + 1 < p.nsteps && !spare_exist) prefetch_step(p.steps[s + 1], p.rank0, p.nlocal, blockIdx.x, (int)G);
+    stamp(stp, 6);
   }
 }
 

@@ -97,7 +97,9 @@ class PersistentSession(CudaSession):
         table = S.encode(cycle, self.plan, self.addr, lambda r, i: self.mem.work(r, self.mem.scratch[i]), arrival)
         self.table_ptr = self._alloc(C.sizeof(table))
         cu.cuMemcpyHtoD(self.table_ptr, C.addressof(table), C.sizeof(table))
-        ctl_bytes = 256 + 8 * (len(self.plan) + 1)
+        n = len(self.plan) + 1
+        self.detail_off = 256 + 8 * n
+        ctl_bytes = self.detail_off + 64 * n  # barrier, error word, trace stamps, detail stamps
         self.ctl = self._alloc(ctl_bytes)
         cu.cuMemsetD8(self.ctl, 0, ctl_bytes)
         self.ev_a, self.ev_b = cu.cuEventCreate(0), cu.cuEventCreate(0)
@@ -114,6 +116,7 @@ class PersistentSession(CudaSession):
         p.bar, p.err = self.ctl, self.ctl + 64
         p.timeout_ns = int(self.watchdog_ms * 1e6)
         p.trace = self.ctl + 256 if self.trace else 0
+        p.detail = self.ctl + self.detail_off if self.trace else 0
         p.mode, p.skip_step = mode, self.skip_step
         p.rank0, p.nlocal = self.rank0, self.nlocal
         return p
@@ -161,6 +164,16 @@ class PersistentSession(CudaSession):
         t = np.zeros(n, dtype=np.uint64)
         self.cu.cuMemcpyDtoH(t.ctypes.data, self.ctl + 256, 8 * n)
         return list(np.diff(t.astype(np.int64)) / 1e6)
+
+    def step_detail(self) -> np.ndarray:
+        """One traced launch: block 0's stamps inside each step, [steps + 1][8] ns (0 where not taken):
+        0 start, 1 arguments, 2 post/comb, 3 stream values, 4 dot products, 5 partials, 6 items done."""
+        n = len(self.plan) + 1
+        self.cu.cuMemsetD8(self.ctl + self.detail_off, 0, 64 * n)
+        self.step_times()
+        d = np.zeros((n, 8), dtype=np.uint64)
+        self.cu.cuMemcpyDtoH(d.ctypes.data, self.ctl + self.detail_off, d.nbytes)
+        return d
 
     def barrier_ms(self, reps: int = 20) -> float:
         """Median launch time of the same grid doing only its barriers, per barrier."""

@@ -35,7 +35,7 @@ class PStep(C.Structure):
 class PArgs(C.Structure):
     _fields_ = [("steps", A.u64), ("nsteps", C.c_int), ("ranks", C.c_int), ("bar", A.u64), ("err", A.u64),
                 ("timeout_ns", A.u64), ("trace", A.u64), ("mode", C.c_int), ("skip_step", C.c_int),
-                ("rank0", C.c_int), ("nlocal", C.c_int)]
+                ("rank0", C.c_int), ("nlocal", C.c_int), ("detail", A.u64)]
 
 
 @dataclass(frozen=True)
