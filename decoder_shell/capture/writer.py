@@ -13,7 +13,7 @@ import numpy as np
 
 from ..commands.ops import op_tensors
 from ..corpus import manifest as mf
-from ..corpus.atomic import write_atomic
+from ..atomic import write_atomic
 from ..corpus.blobs import BlobStore
 from ..geometry import Boundary, Geometry
 

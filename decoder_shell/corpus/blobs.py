@@ -20,7 +20,7 @@ import blake3
 import zstandard
 
 from ..errors import CorpusError
-from .atomic import write_atomic
+from ..atomic import write_atomic
 
 DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")
 ZSTD_LEVEL = 3

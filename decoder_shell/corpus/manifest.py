@@ -9,18 +9,11 @@ from pathlib import Path
 import numpy as np
 
 from ..commands.ops import TensorSpec, op_tensors
-from ..contracts.numerics import BF16, F32
+from ..contracts.numerics import DTYPES, dtype_of  # noqa: F401  (manifests name dtypes this way)
 from ..errors import CorpusError
 from ..geometry import Boundary, Geometry
 
 SCHEMA = 1
-DTYPES = {"bfloat16": BF16, "float32": F32}
-
-
-def dtype_of(name: str) -> np.dtype:
-    return DTYPES[name]
-
-
 @dataclass(frozen=True)
 class TensorEntry:
     name: str

@@ -14,7 +14,7 @@ from ..contracts.allreduce import RingContract
 from ..errors import CorpusError, UsageError
 from ..geometry import Boundary, Geometry
 from . import manifest as mf
-from .atomic import write_atomic
+from ..atomic import write_atomic
 from .blobs import BlobStore
 
 SCHEMA = 1

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from ..commands.ops import run_allreduce, run_mhc
 from ..commands.program import build_cycle
-from ..replay.compare import max_ulp, mismatches
+from ..contracts.bits import max_ulp, mismatches
 from .bind import bind
 from .store import Corpus
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..atomic import write_atomic
 from ..errors import UsageError
 from .engine import EpochResult, percentiles
 
@@ -119,7 +120,7 @@ REQUIRED = {"format": str, "schema": int, "corpus": str, "driver": str, "geometr
 
 def save_verdict(v: dict, path: Path) -> None:
     try:
-        Path(path).write_text(json.dumps(v, indent=1, sort_keys=True) + "\n")
+        write_atomic(Path(path), (json.dumps(v, indent=1, sort_keys=True) + "\n").encode())
     except OSError as e:
         raise UsageError(f"cannot write verdict {path}: {e.strerror or e}") from None
 

@@ -8,12 +8,12 @@ placement "auto" picks processes when the host has a GPU for every rank.
 from __future__ import annotations
 
 from ...errors import DriverUnavailable, UsageError
+from .. import PLACEMENTS
 from ..base import Driver
 from . import api
 from .session import CudaSession
 from .variants import describe
 
-PLACEMENTS = ("auto", "emulated", "processes")
 #: How a session runs the cycle: a graph of kernel nodes, or one persistent cooperative kernel.
 CYCLES = ("graph", "persistent")
 PERSISTENT_VARIANTS = {

@@ -10,7 +10,9 @@ import hashlib
 import os
 from pathlib import Path
 
+from ...atomic import write_atomic
 from ...errors import BuildError, DriverUnavailable
+from ..cache import cache_dir as kernel_cache
 
 #: Exactness flags: no FMA contraction, IEEE division and square root, denormals kept.
 EXACT_FLAGS = ("-fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false", "--std=c++17")
@@ -19,9 +21,7 @@ FMA_FLAGS = ("-fmad=true", "--prec-div=true", "--prec-sqrt=true", "--ftz=false",
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("DECODER_SHELL_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "decoder-shell")
-    return Path(base) / "cubin"
+    return kernel_cache("cubin")
 
 
 def cuda_include_dirs() -> tuple[str, ...]:
@@ -87,8 +87,5 @@ def compile_cubin(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernel
         check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(cubin)
-    os.replace(tmp, path)
+    write_atomic(path, cubin)
     return cubin
