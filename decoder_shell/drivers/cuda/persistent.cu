@@ -75,8 +75,9 @@ __device__ __forceinline__ u64 ld_relaxed_sys(const u64* p) {
 __device__ __forceinline__ bool grid_barrier(const PArgs& p, u64 target, int step, int* ok_s) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(p.bar, 1ull);
+    // arrival: one release reduction (cumulative: it orders the block's writes, which the barrier
+    // above ordered before this thread, ahead of the count), no separate fence, no returned value
+    asm volatile("red.release.gpu.global.add.u64 [%0], %1;" :: "l"(p.bar), "l"(1ull) : "memory");
     const u64 t0 = globaltimer();
     int ok = 1;
     // relaxed polls (an acquire load per poll would also drop this SM's L1 for the blocks still
@@ -86,7 +87,7 @@ __device__ __forceinline__ bool grid_barrier(const PArgs& p, u64 target, int ste
       if (*(volatile int*)p.err) { ok = 0; break; }
       if (globaltimer() - t0 > p.timeout_ns) { atomicCAS(p.err, 0, step + 1); ok = 0; break; }
     }
-    __threadfence();
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
     *ok_s = ok;
   }
   __syncthreads();
@@ -161,6 +162,32 @@ __device__ __forceinline__ void prefetch_lane_inputs(const MhcArgs& a, int m, in
   }
 }
 
+// Row m's post and comb from the producer's partials for a unit of boundary `a` (its args in shared
+// memory): made in warp 0 into shared memory (PC_OFF of sh, kept across the block's units of the row:
+// `key` names the step, rank and row whose values it holds), stored once to the outputs, and the
+// unit's post_in / comb_in pointed at the shared copy, so lane_streams reads them without a round
+// trip to memory. All threads call it.
+#define PC_OFF 64
+__device__ __forceinline__ void unit_post_comb(const MhcArgs& a, const MhcArgs& prod, int m, int key, int* pc_key,
+                                               float* sh) {
+  const int t = threadIdx.x;
+  float* pc = sh + PC_OFF;  // [0, HC): post, [HC, HC + HC*HC): comb
+  if (*(volatile int*)pc_key != key) {
+    if (t < 32) post_comb(prod, m, pc, pc + HC);
+    __syncthreads();
+    if (t < HC) const_cast<float*>(a.post_in)[m * HC + t] = pc[t];
+    else if (t < HC + HC * HC) const_cast<float*>(a.comb_in)[m * HC * HC + t - HC] = pc[t];
+  }
+  __syncthreads();  // every thread has read pc_key and the stores above are issued
+  if (t == 0) {
+    *pc_key = key;  // read again only after the unit's closing barrier
+    MhcArgs& w = const_cast<MhcArgs&>(a);
+    w.post_in = pc - m * HC;
+    w.comb_in = pc + HC - m * HC * HC;
+  }
+  __syncthreads();
+}
+
 // One unit of a boundary: rank's lanes b*128.. of row m, outputs og*G .. og*G+G-1.
 template <int OP, bool FUSED, int OPG, int Q>
 __device__ void mhc_unit(const PStep& st, const MhcArgs& a, const MhcArgs& prod, int m, int b, int og,
@@ -180,12 +207,9 @@ __device__ void mhc_unit(const PStep& st, const MhcArgs& a, const MhcArgs& prod,
     for (int u = 0; u < UF; u++)
 #pragma unroll
       for (int o = 0; o < G; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + u * LANES);
-    if (OP != OP_PRE && st.prev >= 0 && *(volatile int*)pc_key != key) {
-      // the producer's post and comb, written where lane_streams reads them (once per block and row)
-      prefetch_lane_inputs<FUSED, Q>(a, m, lane);
-      if (t < 32) post_comb(prod, m, (float*)a.post_in + m * HC, (float*)a.comb_in + m * HC * HC);
-      __syncthreads();
-      if (t == 0) *pc_key = key;  // read again only after the unit's closing barrier
+    if (OP != OP_PRE && st.prev >= 0) {
+      if (*(volatile int*)pc_key != key) prefetch_lane_inputs<FUSED, Q>(a, m, lane);
+      unit_post_comb(a, prod, m, key, pc_key, sh);
     }
     stamp(stp, 2);
     float sv[1][HC * Q];
@@ -194,11 +218,7 @@ __device__ void mhc_unit(const PStep& st, const MhcArgs& a, const MhcArgs& prod,
     lane_dots<1, G, UF, Q>(a, f, sv, acc, o0, lane, N);
     stamp(stp, 4);
   } else {
-    if (OP != OP_PRE && st.prev >= 0 && *(volatile int*)pc_key != key) {
-      if (t < 32) post_comb(prod, m, (float*)a.post_in + m * HC, (float*)a.comb_in + m * HC * HC);
-      __syncthreads();
-      if (t == 0) *pc_key = key;
-    }
+    if (OP != OP_PRE && st.prev >= 0) unit_post_comb(a, prod, m, key, pc_key, sh);
     stamp(stp, 2);
     for (int i = lane; i < N; i += LANES) {
       float fv[G];
