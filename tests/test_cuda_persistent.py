@@ -292,6 +292,10 @@ def test_persistent_cycle_bit_exact_on_gpu_and_fma_build_caught():
     summary = self_check(drv, cases=8, seed=1515, variants=False)
     assert summary["elements_compared"] > 0
     assert summary["mismatching_elements"] == 0, summary["failures"][:2]
+    from decoder_shell.drivers import get_driver
+    flags = self_check(get_driver("cuda", placement="emulated", cycle="persistent-flags"), cases=6, seed=1516,
+                       variants=False)
+    assert flags["elements_compared"] > 0 and flags["mismatching_elements"] == 0, flags["failures"][:2]
     cyc = build_cycle(Geometry(preset="t", hidden=4096, layers=1, ranks=2, verify_rows=2, draft_rows=0), RingContract())
     values = injected_values(cyc, 5)
     _, bad = run_case(drv, cyc, values, {c.index: "persistent-fma" for c in cyc.commands}, reference(cyc, values))
@@ -356,6 +360,24 @@ def test_persistent_session_builds_and_frees_everything(tmp_path, monkeypatch):
     assert s.blocks == 4 and s.node_count == 1  # as many as one SM holds: fewer than the largest step's items
     assert sorted(set(ledger.live.values())) == ["event", "mem", "module", "stream"]
     s.close()
+    assert ledger.live == {}
+
+
+def test_row_flag_mode_builds_its_counters_and_refuses_a_lone_allreduce(tmp_path, monkeypatch):
+    from decoder_shell.drivers.cuda.persistent import PersistentSession
+    from decoder_shell.errors import UsageError
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    cyc = build_cycle(Geometry(preset="t", hidden=64, layers=1, ranks=2, verify_rows=2, draft_rows=1), RingContract())
+    ledger = _PersistentLedger(per_sm=4)
+    with PersistentSession(_PDrv(ledger), cyc, flags=True) as s:
+        assert s.flags and s.rows_off > s.detail_off
+    assert ledger.live == {}
+    i = next(c.index for c in cyc.commands if c.op != "allreduce" and c.index > 1)
+    c = cyc.commands[i]  # a boundary that no longer reads the all-reduce before it: that one runs alone
+    cyc.commands[i] = type(c)(c.index, c.boundary, {**c.inputs, "x": cyc.commands[i - 1].inputs["x"]}, c.outputs)
+    ledger = _PersistentLedger(per_sm=4)
+    with pytest.raises(UsageError, match="persistent-flags"):
+        PersistentSession(_PDrv(ledger), cyc, flags=True)
     assert ledger.live == {}
 
 

@@ -186,6 +186,7 @@ def main():
     args = ap.parse_args()
     drv = get_driver("cuda", placement="emulated")
     persistent = get_driver("cuda", placement="emulated", cycle="persistent") if args.persistent else None
+    flags = get_driver("cuda", placement="emulated", cycle="persistent-flags") if args.persistent else None
     plain = get_driver("cuda", placement="emulated", pdl=False)
     rows_out = []
     for m in args.rows:
@@ -198,6 +199,7 @@ def main():
         configs = {"shell baseline": (drv, {})}
         if persistent is not None:
             configs["shell persistent"] = (persistent, {})
+            configs["shell persistent, row flags"] = (flags, {})
         if not args.only_main:
             configs.update({"shell baseline, plain edges (no PDL)": (plain, {}),
                             "shell grid-barrier mHC": (drv, {i: "grid-barrier" for i in mh}),

@@ -110,6 +110,12 @@ def main():
         summary["failures"] = summary["failures"][:5]
         return summary, summary["mismatching_elements"] == 0 and summary["elements_compared"] > 0
 
+    def random_flags():  # ... and with row flags instead of grid barriers
+        fdrv = get_driver("cuda", placement="emulated", cycle="persistent-flags")
+        summary = self_check(fdrv, max(4, args.cases // 2), args.seed + 1, variants=False)
+        summary["failures"] = summary["failures"][:5]
+        return summary, summary["mismatching_elements"] == 0 and summary["elements_compared"] > 0
+
     def fma():  # ... and the FMA build caught
         values = injected_values(cyc, [args.seed, 99999])
         _, bad = run_case(pdrv, cyc, values, {c.index: "persistent-fma" for c in cyc.commands}, reference(cyc, values))
@@ -151,19 +157,26 @@ def main():
         r = replay(open_corpus(corpus), pdrv, epochs=args.epochs, changed=args.changed)
         (out / "replay.json").write_text(json.dumps(r.to_json(), indent=1, default=str))
         times = sorted(e.cycle_ms for e in r.epochs if e.kind == "graph")
+        f = replay(open_corpus(corpus), get_driver("cuda", placement="emulated", cycle="persistent-flags"), epochs=20,
+                   changed=4)
+        ft = sorted(e.cycle_ms for e in f.epochs if e.kind == "graph")
         g = replay(open_corpus(corpus), get_driver("cuda", placement="emulated"), epochs=30)  # the graph path, same corpus
         gt = sorted(e.cycle_ms for e in g.epochs if e.kind == "graph")
         return ({"graph_exact": f"{sum(e.exact for e in r.epochs if e.kind == 'graph')}/{args.epochs}",
                  "changed_exact": f"{sum(e.exact for e in r.epochs if e.kind == 'changed')}/{args.changed}",
                  "median_ms": times[len(times) // 2] if times else None,
+                 "row_flags": {"graph_exact": f"{sum(e.exact for e in f.epochs if e.kind == 'graph')}/20",
+                               "changed_exact": f"{sum(e.exact for e in f.epochs if e.kind == 'changed')}/4",
+                               "median_ms": ft[len(ft) // 2] if ft else None},
                  "graph_path_median_ms": gt[len(gt) // 2] if gt else None, "graph_path_exact": g.exact},
-                r.exact)
+                r.exact and f.exact)
 
     prof: list = []
 
     def profile():  # 5. where the time goes
         import persistent_profile
         prof.extend(persistent_profile.profile(m) for m in (2, 8))
+        prof.extend(persistent_profile.profile(m, cycle="persistent-flags") for m in (2, 8))
         os.environ["DECODER_SHELL_CUDA_PERSIST_OPG"] = "4"  # the other build, for the record
         try:
             prof.append(persistent_profile.profile(2))
@@ -196,6 +209,7 @@ def main():
 
     # exactness first, then the numbers, then the rest (a stage past the budget is skipped, not cut)
     st.run("random cases", random_cases)
+    st.run("random cases, row flags", random_flags)
     st.run("fma build", fma)
     st.run("watchdog", watchdog)
     st.run("bench", bench)

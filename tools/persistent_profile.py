@@ -47,8 +47,8 @@ def hbm_bandwidth(s, nbytes: int = 1 << 30) -> float:
         cu.cuMemFree(b)
 
 
-def profile(m: int, tp: int = 4, launches: int = 20) -> dict:
-    drv = get_driver("cuda", placement="emulated", cycle="persistent")
+def profile(m: int, tp: int = 4, launches: int = 20, cycle: str = "persistent") -> dict:
+    drv = get_driver("cuda", placement="emulated", cycle=cycle)
     cyc = build_cycle(preset("dsv4-flash", tp=tp, verify_rows=m, draft_rows=0), RingContract())
     values = injected_values(cyc, [7, m])
     with drv.load(cyc) as s:
@@ -68,7 +68,8 @@ def profile(m: int, tp: int = 4, launches: int = 20) -> dict:
             rows.append({"step": k, "boundary": cyc.commands[st.cmd].boundary.name, "ms": float(steps[k]),
                          "weight_bytes": wb, "hbm_ms": wb / bw})
         tail = float(steps[len(s.plan)]) if len(steps) > len(s.plan) else 0.0
-        return {"M": m, "tp": tp, "blocks": s.blocks, "kernel": s.entry, "cycle_ms": cycle_ms,
+        return {"M": m, "tp": tp, "blocks": s.blocks, "kernel": s.entry + (", row flags" if s.flags else ""),
+                "cycle_ms": cycle_ms,
                 "steps_ms": float(sum(r["ms"] for r in rows)), "tail_ms": tail,
                 "hbm_bytes_per_ms": bw, "hbm_ms": float(sum(r["hbm_ms"] for r in rows)),
                 "barrier_ms": barrier, "barriers": len(s.plan), "inside_step_us": phases, "steps": rows}
@@ -119,9 +120,10 @@ def main():
     ap.add_argument("--rows", type=int, nargs="+", default=[2, 8])
     ap.add_argument("--tp", type=int, default=4)
     ap.add_argument("--launches", type=int, default=20)
+    ap.add_argument("--cycle", default="persistent", choices=("persistent", "persistent-flags"))
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    res = [profile(m, args.tp, args.launches) for m in args.rows]
+    res = [profile(m, args.tp, args.launches, args.cycle) for m in args.rows]
     for p in res:
         print(render(p) + "\n")
     if args.json:

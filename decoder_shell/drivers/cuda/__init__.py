@@ -15,11 +15,13 @@ from .session import CudaSession
 from .variants import describe
 
 #: How a session runs the cycle: a graph of kernel nodes, or one persistent cooperative kernel.
-CYCLES = ("graph", "persistent")
+CYCLES = ("graph", "persistent", "persistent-flags")
 PERSISTENT_VARIANTS = {
     "persistent": "the whole cycle as one resident cooperative kernel (mHC boundaries with their all-reduce folded "
                   "in, separated by grid barriers on a 64-bit counter; next weights prefetched into L2; emulated "
                   "ranks; select every command: --candidate cycle=persistent)",
+    "persistent-flags": "the persistent kernel with its steps ordered by 64-bit (rank, row) counters instead of grid "
+                        "barriers: a unit waits only for the units that made its row (select every command)",
     "persistent-fma": "the persistent kernel built with FMA contraction (deliberately inexact)",
 }
 
@@ -29,7 +31,7 @@ def persistent_form(cycle, variants, default: str) -> str:
     The persistent kernel replaces every command at once, so it is all commands or none."""
     named = {i for i, v in (variants or {}).items() if isinstance(v, str) and v in PERSISTENT_VARIANTS}
     if not named:
-        return "persistent" if default == "persistent" and not variants else ""
+        return default if default in PERSISTENT_VARIANTS and not variants else ""
     forms = {variants[i] for i in named}
     if len(named) != len(cycle.commands) or len(forms) > 1:
         raise UsageError("the persistent cycle replaces every command at once: select the whole cycle "
@@ -93,7 +95,7 @@ class CudaDriver(Driver):
         from .persistent import PersistentSession
         self._last = "persistent"
         self.cu.cuCtxSetCurrent(self.ctx)
-        return PersistentSession(self, cycle, fma=form == "persistent-fma")
+        return PersistentSession(self, cycle, fma=form == "persistent-fma", flags=form == "persistent-flags")
 
     def available_variants(self) -> dict:
         return {**describe(), **PERSISTENT_VARIANTS}

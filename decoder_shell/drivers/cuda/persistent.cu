@@ -38,6 +38,7 @@ struct PStep {
   MhcArgs mh[MAXR];  // kind 1, per rank
   u64* flag_out[MAXR];  // one process per rank: this rank's arrival slot in every rank's memory
   const u64* flag_in;   // ... and the ranks' slots in this rank's memory (null: emulated ranks)
+  u64* rows_done;       // row-flag mode: [rank][row] arrivals of this boundary's units (64-bit, only grow)
 };
 
 struct PArgs {
@@ -51,6 +52,9 @@ struct PArgs {
   int skip_step;      // watchdog test: the last block leaves before barrier `skip_step` (-1: never)
   int rank0, nlocal;  // the ranks this grid computes (emulated: 0, R; one process per rank: r, 1)
   u64* detail;        // null, or [nsteps + 1][8] %globaltimer stamps of block 0 inside each step (profile)
+  int sync;           // 0: a grid barrier between steps; 1: row flags (a unit waits for its row's producers)
+  int pad_;
+  u64 tag;            // row-flag mode: this launch's number (1, 2, ...): a row is done at tag x its units
 };
 
 // Stamp k of step s (block 0, thread 0, when the profile asks): 0 step start, 1 arguments in shared
@@ -116,6 +120,31 @@ __device__ __forceinline__ bool arrive_and_wait(const PArgs& p, const PStep& st,
   }
   __syncthreads();
   return *(volatile int*)ok_s != 0;
+}
+
+// Row-flag mode: every unit of a boundary arrives on its (rank, row) counter once its streams and
+// partials are stored (release reduction after the block's barrier); a unit or finish item that reads
+// them waits until the counter reaches tag x (units per row) (relaxed polls, one acq_rel fence). No
+// buffer is written twice in a cycle, so read-after-write on the row is the only order needed; blocks
+// walk the steps in order and all are resident, so every wait ends. Watchdog as the barrier's.
+__device__ __forceinline__ void row_arrive(const PStep& st, int r, int m) {
+  __syncthreads();
+  if (threadIdx.x == 0)
+    asm volatile("red.release.gpu.global.add.u64 [%0], %1;" :: "l"(st.rows_done + r * st.rows + m), "l"(1ull) : "memory");
+}
+__device__ __forceinline__ void row_wait(const PArgs& p, const PStep& prod, int r, int m, int step) {
+  if (threadIdx.x == 0) {
+    const u64 target = p.tag * (u64)(prod.groups * (LANES / BLOCK));
+    const u64* c = prod.rows_done + r * prod.rows + m;
+    const u64 t0 = globaltimer();
+    for (unsigned n = 0; ld_relaxed(c) < target; n++) {
+      if ((n & 7) != 7) continue;
+      if (*(volatile int*)p.err) break;
+      if (globaltimer() - t0 > p.timeout_ns) { atomicCAS(p.err, 0, step + 1); break; }
+    }
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  }
+  __syncthreads();
 }
 
 // Mixes of row m from the 8 lane-group partials a boundary left in scratch (as the Sinkhorn node).
@@ -190,8 +219,8 @@ __device__ __forceinline__ void unit_post_comb(const MhcArgs& a, const MhcArgs& 
 
 // One unit of a boundary: rank's lanes b*128.. of row m, outputs og*G .. og*G+G-1.
 template <int OP, bool FUSED, int OPG, int Q>
-__device__ void mhc_unit(const PStep& st, const MhcArgs& a, const MhcArgs& prod, int m, int b, int og,
-                         float* sh, int key, int* pc_key, u64* stp) {
+__device__ void mhc_unit(const PArgs& p, int s, int r, const PStep& st, const MhcArgs& a, const MhcArgs& prod, int m,
+                         int b, int og, float* sh, int key, int* pc_key, u64* stp) {
   constexpr int NOUT = OP == OP_POST_HEAD ? HC : 24;
   constexpr int G = OPG < NOUT ? OPG : NOUT;
   float(*warp_part)[BLOCK / 32] = reinterpret_cast<float(*)[BLOCK / 32]>(sh);
@@ -208,7 +237,10 @@ __device__ void mhc_unit(const PStep& st, const MhcArgs& a, const MhcArgs& prod,
 #pragma unroll
       for (int o = 0; o < G; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + u * LANES);
     if (OP != OP_PRE && st.prev >= 0) {
-      if (*(volatile int*)pc_key != key) prefetch_lane_inputs<FUSED, Q>(a, m, lane);
+      if (*(volatile int*)pc_key != key) {
+        if (p.sync) row_wait(p, p.steps[st.prev], r, m, s);
+        prefetch_lane_inputs<FUSED, Q>(a, m, lane);
+      }
       unit_post_comb(a, prod, m, key, pc_key, sh);
     }
     stamp(stp, 2);
@@ -218,7 +250,10 @@ __device__ void mhc_unit(const PStep& st, const MhcArgs& a, const MhcArgs& prod,
     lane_dots<1, G, UF, Q>(a, f, sv, acc, o0, lane, N);
     stamp(stp, 4);
   } else {
-    if (OP != OP_PRE && st.prev >= 0) unit_post_comb(a, prod, m, key, pc_key, sh);
+    if (OP != OP_PRE && st.prev >= 0) {
+      if (p.sync && *(volatile int*)pc_key != key) row_wait(p, p.steps[st.prev], r, m, s);
+      unit_post_comb(a, prod, m, key, pc_key, sh);
+    }
     stamp(stp, 2);
     for (int i = lane; i < N; i += LANES) {
       float fv[G];
@@ -244,6 +279,7 @@ __device__ void mhc_unit(const PStep& st, const MhcArgs& a, const MhcArgs& prod,
     const int slot = t == 0 ? 0 : o0 + t;
     a.scratch[((size_t)m * (LANES / BLOCK) + b) * (NOUT + 1) + slot] = tree4(warp_part[t]);
   }
+  if (p.sync) row_arrive(st, r, m);
   stamp(stp, 5);
 }
 
@@ -283,15 +319,15 @@ __device__ __forceinline__ void prefetch_step(const PStep& st, int rank0, int nl
 }
 
 template <int OPG, int Q>
-__device__ void mhc_dispatch(const PStep& st, const MhcArgs& a, const MhcArgs& prod, int m, int b, int og, float* sh,
-                             int key, int* pc_key, u64* stp) {
+__device__ void mhc_dispatch(const PArgs& p, int s, int r, const PStep& st, const MhcArgs& a, const MhcArgs& prod,
+                             int m, int b, int og, float* sh, int key, int* pc_key, u64* stp) {
   switch (st.op * 2 + st.fused) {
-    case OP_PRE * 2: mhc_unit<OP_PRE, false, OPG, Q>(st, a, prod, m, b, og, sh, key, pc_key, stp); break;
-    case OP_PRE * 2 + 1: mhc_unit<OP_PRE, true, OPG, Q>(st, a, prod, m, b, og, sh, key, pc_key, stp); break;
-    case OP_POST_PRE * 2: mhc_unit<OP_POST_PRE, false, OPG, Q>(st, a, prod, m, b, og, sh, key, pc_key, stp); break;
-    case OP_POST_PRE * 2 + 1: mhc_unit<OP_POST_PRE, true, OPG, Q>(st, a, prod, m, b, og, sh, key, pc_key, stp); break;
-    case OP_POST_HEAD * 2: mhc_unit<OP_POST_HEAD, false, OPG, Q>(st, a, prod, m, b, og, sh, key, pc_key, stp); break;
-    default: mhc_unit<OP_POST_HEAD, true, OPG, Q>(st, a, prod, m, b, og, sh, key, pc_key, stp); break;
+    case OP_PRE * 2: mhc_unit<OP_PRE, false, OPG, Q>(p, s, r, st, a, prod, m, b, og, sh, key, pc_key, stp); break;
+    case OP_PRE * 2 + 1: mhc_unit<OP_PRE, true, OPG, Q>(p, s, r, st, a, prod, m, b, og, sh, key, pc_key, stp); break;
+    case OP_POST_PRE * 2: mhc_unit<OP_POST_PRE, false, OPG, Q>(p, s, r, st, a, prod, m, b, og, sh, key, pc_key, stp); break;
+    case OP_POST_PRE * 2 + 1: mhc_unit<OP_POST_PRE, true, OPG, Q>(p, s, r, st, a, prod, m, b, og, sh, key, pc_key, stp); break;
+    case OP_POST_HEAD * 2: mhc_unit<OP_POST_HEAD, false, OPG, Q>(p, s, r, st, a, prod, m, b, og, sh, key, pc_key, stp); break;
+    default: mhc_unit<OP_POST_HEAD, true, OPG, Q>(p, s, r, st, a, prod, m, b, og, sh, key, pc_key, stp); break;
   }
 }
 
@@ -321,7 +357,7 @@ __device__ void persistent_cycle(const PArgs& p) {
   __syncthreads();
   const u64 base = base_s;
   for (int s = 0; s <= p.nsteps; s++) {
-    if (s > 0) {
+    if (s > 0 && !p.sync) {
       if (s == p.skip_step && blockIdx.x == G - 1) return;
       if (!grid_barrier(p, base + (u64)s * G, s, &ok_s)) return;
     }
@@ -365,12 +401,13 @@ __device__ void persistent_cycle(const PArgs& p) {
           __syncthreads();
         }
         stamp(u == u0 ? stp : nullptr, 1);
-        mhc_dispatch<OPG, Q>(*st, args_s[0], args_s[1], m, b, og, sh, key, &pc_key, u == u0 ? stp : nullptr);
+        mhc_dispatch<OPG, Q>(p, s, r, *st, args_s[0], args_s[1], m, b, og, sh, key, &pc_key, u == u0 ? stp : nullptr);
       } else {
         const int v = u - U;
         const int b = v % (LANES / BLOCK), m = (v / (LANES / BLOCK)) % pend->rows;
         const int r = p.rank0 + v / (LANES / BLOCK) / pend->rows;
         copy_args(&args_s[0], pend->mh[r]);
+        if (p.sync) row_wait(p, *pend, r, m, s);  // (ends with the block's barrier)
         __syncthreads();
         if (pend->op == OP_POST_HEAD) finish_item<HC>(*pend, args_s[0], m, b, sh);
         else finish_item<24>(*pend, args_s[0], m, b, sh);

@@ -31,7 +31,7 @@ WATCHDOG_MS = 2000.0
 
 def source(opg: int, q: int) -> tuple[str, str]:
     entry = f"persistent_o{opg}_q{q}"
-    wrapper = (f'extern "C" __global__ void __launch_bounds__({S.BLOCK}) {entry}(const PArgs p) '
+    wrapper = (f'extern "C" __global__ void __launch_bounds__({S.BLOCK}, 2) {entry}(const PArgs p) '
                f'{{ persistent_cycle<{opg}, {q}>(p); }}\n')
     return SOURCE + PERSISTENT_SOURCE + wrapper, entry
 
@@ -44,12 +44,15 @@ def fast_q(hidden: int) -> int:
 class PersistentSession(CudaSession):
     """The graph session's buffers, with one cooperative kernel instead of the graph."""
 
-    def __init__(self, drv, cycle: Cycle, *, rank: int | None = None, fma: bool = False, blocks: int | None = None,
-                 watchdog_ms: float | None = None, skip_step: int = -1):
+    def __init__(self, drv, cycle: Cycle, *, rank: int | None = None, fma: bool = False, flags: bool = False,
+                 blocks: int | None = None, watchdog_ms: float | None = None, skip_step: int = -1):
         """rank=None: every rank emulated here. rank=r: rank r's kernel (one process per rank); call
-        attach_peers() then build(): its all-reduces meet the peers' through epoch-tagged arrival slots."""
+        attach_peers() then build(): its all-reduces meet the peers' through epoch-tagged arrival slots.
+        flags: steps ordered by (rank, row) counters instead of grid barriers (a unit waits only for
+        the units that made its row)."""
         super().__init__(drv, cycle, None, rank=rank, build=False)
         self.ev_a = self.ev_b = None
+        self.flags, self.tag = flags, 0
         self._opts = (drv, fma, blocks, watchdog_ms, skip_step)
         if rank is None:
             self.build()
@@ -70,6 +73,9 @@ class PersistentSession(CudaSession):
         self.skip_step = skip_step
         self.watchdog_ms = float(watchdog_ms or os.environ.get("DECODER_SHELL_CUDA_WATCHDOG_MS", WATCHDOG_MS))
         self.plan = S.plan(cycle)
+        if self.flags and any(st.kind != "mhc" for st in self.plan):
+            raise UsageError("persistent-flags orders steps by the rows of mHC boundaries; this cycle has an "
+                             "all-reduce no boundary folds in (use persistent)")
         self.broken = ""
         self.trace = False
         self.opg = S.outputs_per_unit(cycle)
@@ -96,12 +102,19 @@ class PersistentSession(CudaSession):
             arrival = lambda i: ([mem.work(q, mem.slots[i]) + 8 * me for q in range(R)], mem.work(me, mem.slots[i]))  # noqa: E731
         table = S.encode(cycle, self.plan, self.addr, lambda r, i: self.mem.work(r, self.mem.scratch[i]), arrival)
         self.table_ptr = self._alloc(C.sizeof(table))
-        cu.cuMemcpyHtoD(self.table_ptr, C.addressof(table), C.sizeof(table))
         n = len(self.plan) + 1
         self.detail_off = 256 + 8 * n
-        ctl_bytes = self.detail_off + 64 * n  # barrier, error word, trace stamps, detail stamps
+        self.rows_off = self.detail_off + 64 * n
+        R = cycle.ranks
+        row_counts = [R * cycle.geometry.phase(cycle.commands[st.cmd].boundary.phase).rows for st in self.plan]
+        ctl_bytes = self.rows_off + 8 * sum(row_counts)  # barrier, error, trace, detail, row counters
         self.ctl = self._alloc(ctl_bytes)
         cu.cuMemsetD8(self.ctl, 0, ctl_bytes)
+        off = self.rows_off
+        for k, cnt in enumerate(row_counts):  # each step's [rank][row] counters
+            table[k].rows_done = self.ctl + off
+            off += 8 * cnt
+        cu.cuMemcpyHtoD(self.table_ptr, C.addressof(table), C.sizeof(table))
         self.ev_a, self.ev_b = cu.cuEventCreate(0), cu.cuEventCreate(0)
 
     def _alloc(self, nbytes: int) -> int:
@@ -117,6 +130,8 @@ class PersistentSession(CudaSession):
         p.timeout_ns = int(self.watchdog_ms * 1e6)
         p.trace = self.ctl + 256 if self.trace else 0
         p.detail = self.ctl + self.detail_off if self.trace else 0
+        p.sync = int(self.flags and mode == 0)
+        p.tag = self.tag + 1 if p.sync else 0
         p.mode, p.skip_step = mode, self.skip_step
         p.rank0, p.nlocal = self.rank0, self.nlocal
         return p
@@ -130,6 +145,8 @@ class PersistentSession(CudaSession):
         params = (C.c_void_p * 1)(C.addressof(p))
         cu.cuEventRecord(self.ev_a, self.stream)
         cu.cuLaunchCooperativeKernel(self.func, self.blocks, 1, 1, S.BLOCK, 1, 1, 0, self.stream, C.addressof(params))
+        if p.sync:
+            self.tag += 1  # every row counter grew by its units: the next launch waits for the next multiple
         cu.cuEventRecord(self.ev_b, self.stream)
         cu.cuStreamSynchronize(self.stream)
         err = np.zeros(1, dtype=np.int32)

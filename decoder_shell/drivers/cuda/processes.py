@@ -33,7 +33,8 @@ def _worker(rank: int, device: int, cycle, variants, pdl: bool, barrier, conn):
         form = persistent_form(cycle, variants, "graph")
         if form:  # the whole cycle as one persistent kernel of this rank
             from .persistent import PersistentSession
-            session = PersistentSession(drv, cycle, rank=rank, fma=form == "persistent-fma")
+            session = PersistentSession(drv, cycle, rank=rank, fma=form == "persistent-fma",
+                                        flags=form == "persistent-flags")
         else:
             session = CudaSession(drv, cycle, variants, rank=rank, pdl=pdl, build=False)
         conn.send(("ok", session.export_handles()))

@@ -29,13 +29,15 @@ OP_CODE = {"mhc_pre": 0, "mhc_post_pre": 1, "mhc_post_head": 2}
 class PStep(C.Structure):
     _fields_ = [*[(n, C.c_int) for n in ("kind", "op", "fused", "nout", "groups", "rows", "prev", "finish_pc",
                                          "nunits", "pad")],
-                ("ar", A.ArArgs), ("mh", A.MhcArgs * A.MAXR), ("flag_out", A.u64 * A.MAXR), ("flag_in", A.u64)]
+                ("ar", A.ArArgs), ("mh", A.MhcArgs * A.MAXR), ("flag_out", A.u64 * A.MAXR), ("flag_in", A.u64),
+                ("rows_done", A.u64)]
 
 
 class PArgs(C.Structure):
     _fields_ = [("steps", A.u64), ("nsteps", C.c_int), ("ranks", C.c_int), ("bar", A.u64), ("err", A.u64),
                 ("timeout_ns", A.u64), ("trace", A.u64), ("mode", C.c_int), ("skip_step", C.c_int),
-                ("rank0", C.c_int), ("nlocal", C.c_int), ("detail", A.u64)]
+                ("rank0", C.c_int), ("nlocal", C.c_int), ("detail", A.u64), ("sync", C.c_int), ("pad_", C.c_int),
+                ("tag", A.u64)]
 
 
 @dataclass(frozen=True)
