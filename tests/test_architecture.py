@@ -10,7 +10,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "decoder_shell"
 #: docs/ARCHITECTURE.md's table: room -> layer (a room may import rooms of a lower layer).
-LAYERS = {"errors": 0, "atomic": 0, "contracts": 1, "geometry": 2, "commands": 3, "corpus": 4, "drivers": 5, "replay": 6,
+LAYERS = {"errors": 0, "atomic": 0, "data": 0, "about": 0, "progress": 0, "contracts": 1, "geometry": 2, "commands": 3, "corpus": 4, "drivers": 5, "replay": 6,
           "capture": 7, "cli": 8}
 FRAMEWORKS = ("torch", "transformers")
 FRAMEWORK_ROOMS = ("capture",)

@@ -34,6 +34,7 @@ CPU_VARIANTS = {
 
 class CpuSession(Session):
     timing_meaningful = False
+    profile_how = "cpu driver, host numpy time of each command computed for every rank"
 
     def __init__(self, cycle: Cycle, variants: dict | None):
         self.cycle = cycle
@@ -66,8 +67,14 @@ class CpuSession(Session):
         with np.errstate(all="ignore"):
             return self._run()
 
+    def profile(self) -> list[tuple[int, str, float]]:
+        """One epoch, timed command by command: (command index, op, host ms for all ranks together)."""
+        self.run()
+        return list(self._nodes)
+
     def _run(self):
         times = [0.0] * self.cycle.ranks
+        self._nodes = []
         for cmd in self.cycle.commands:
             variant = self.variants.get(cmd.index, "baseline")
             if variant == "delete":
@@ -80,6 +87,7 @@ class CpuSession(Session):
                 for name, bid in cmd.outputs.items():
                     np.copyto(bufs[bid], outs[name])
             dt = (time.perf_counter() - t0) * 1e3
+            self._nodes.append((cmd.index, cmd.op, dt))
             share = dt if cmd.op == "allreduce" else dt / self.cycle.ranks
             for r in range(self.cycle.ranks):
                 times[r] += share
@@ -132,3 +140,7 @@ class CpuDriver(Driver):
 
     def describe(self):
         return "cpu (numpy reference)"
+
+    def versions(self) -> dict:
+        import platform
+        return {"runtime": f"numpy {np.__version__}", "processor": platform.processor() or platform.machine()}

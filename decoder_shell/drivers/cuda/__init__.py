@@ -100,6 +100,24 @@ class CudaDriver(Driver):
     def available_variants(self) -> dict:
         return {**describe(), **PERSISTENT_VARIANTS}
 
+    def versions(self) -> dict:
+        """GPU, driver API, NVRTC and cuda-python versions (for the provenance of results)."""
+        from importlib import metadata
+        v = self.cu.cuDriverGetVersion()
+        out = {"gpu": self.gpu, "arch": self.arch, "cuda_driver_api": f"{v // 1000}.{v % 1000 // 10}"}
+        try:
+            from cuda.bindings import nvrtc
+            err, major, minor = nvrtc.nvrtcVersion()
+            out["nvrtc"] = f"{major}.{minor}"
+        except Exception:  # noqa: BLE001 - a version we cannot read is left out, not guessed
+            pass
+        for dist in ("cuda-python", "cuda-bindings"):
+            try:
+                out[dist] = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                pass
+        return out
+
     def describe(self) -> str:
         if self._last == "processes":
             used = sorted(set(self._devices))

@@ -44,6 +44,10 @@ def fast_q(hidden: int) -> int:
 class PersistentSession(CudaSession):
     """The graph session's buffers, with one cooperative kernel instead of the graph."""
 
+    #: No node-by-node timing (replay --breakdown refuses with one line): one kernel has no nodes;
+    #: tools/persistent_profile.py times its steps instead.
+    profile = None
+
     def __init__(self, drv, cycle: Cycle, *, rank: int | None = None, fma: bool = False, flags: bool = False,
                  blocks: int | None = None, watchdog_ms: float | None = None, skip_step: int = -1):
         """rank=None: every rank emulated here. rank=r: rank r's kernel (one process per rank); call

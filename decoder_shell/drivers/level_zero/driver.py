@@ -32,6 +32,16 @@ class LevelZeroDriver(Driver):
         from .sycl_session import SyclSession
         return SyclSession(cycle, self.target, variants)
 
+    def versions(self) -> dict:
+        from importlib import metadata
+        d = self.device
+        out = {"device": d.name, "device_driver": d.driver_version}
+        try:
+            out["dpctl"] = metadata.version("dpctl")
+        except metadata.PackageNotFoundError:
+            pass
+        return out
+
     def describe(self):
         d = self.device
         where = "Level Zero GPU" if self.kind == "gpu" else "OpenCL CPU, not a GPU"
