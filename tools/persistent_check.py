@@ -1,15 +1,17 @@
 """One command for the persistent cycle on a GPU: exactness, watchdog, replay, where the time goes, bench.
 
-1. random cycles (decoder_shell.replay.selfcheck: random geometries, ring contracts, magnitudes and
-   special values) through the persistent kernel, launched twice each, every element of every rank
-   compared bit-for-bit with the contracts; the FMA build of the kernel must be caught;
-2. the watchdog: a grid whose last block never arrives at a barrier must end with one line;
-3. tools/bench_replay.py --persistent --only-main at M=1/2/4/8 (graph path, persistent, launch floor,
-   torch CUDA graph, vLLM peers where --vllm-src is given);
+1. tools/bench_replay.py --persistent --only-main at M=1/2/4/8 in its own process (graph path,
+   persistent with grid barriers and with row flags, launch floor, torch CUDA graph, vLLM peers where
+   --vllm-src is given; the persistent rows carry their own mismatch counts);
+2. random cycles (decoder_shell.replay.selfcheck: random geometries, ring contracts, magnitudes and
+   special values) through the persistent kernel in both modes, launched twice each, every element
+   of every rank compared bit-for-bit with the contracts; the FMA build of the kernel must be caught;
+3. the watchdog: a grid whose last block never arrives at a barrier must end with one line;
 4. a dsv4-flash TP4 corpus (verify M=2 + draft M=1) replayed through the persistent kernel,
-   --epochs graph epochs and --changed changed epochs, all exact, beside the graph path's time;
-5. tools/persistent_profile.py at M=2 and M=8 (per step, and inside a step, against the HBM time of
-   the weights and the cost of one barrier);
+   --epochs graph epochs and --changed changed epochs, all exact (row flags: 20 + 4), beside the
+   graph path's time on the same corpus;
+5. tools/persistent_profile.py at M=2 and M=8, both modes (per step, and inside a step, against the
+   HBM time of the weights and the cost of one barrier);
 6. the gate candidate `shell gate --candidate cycle=persistent` on the shipped corpus, and the shipped
    corpus replayed with one persistent kernel per rank process (`--placement processes`);
 7. the bench at --tp 1, M=2.
@@ -92,7 +94,7 @@ def main():
     ap.add_argument("--bench-epochs", type=int, default=30)
     ap.add_argument("--vllm-src", type=Path, help="folder holding vllm/ (or a .tgz of vLLM's .py files)")
     ap.add_argument("--vllm-paths", nargs="+", default=["triton", "tilelang"], choices=["triton", "tilelang"])
-    ap.add_argument("--budget", type=float, default=520.0, help="seconds; no stage starts after this")
+    ap.add_argument("--budget", type=float, default=510.0, help="seconds; no stage starts after this")
     args = ap.parse_args()
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -194,7 +196,7 @@ def main():
                str(args.bench_epochs), "--persistent", "--only-main", "--json", str(out / "bench.json")]
         if args.vllm_src:
             cmd += ["--vllm-src", str(args.vllm_src), "--vllm-paths", *args.vllm_paths]
-        rc, text = sh(cmd, out / "bench.log", max(120.0, st.left() - 150))
+        rc, text = sh(cmd, out / "bench.log", min(330.0, st.left()))
         bench_text.append(text)
         return {"exit": rc}, rc == 0
 
@@ -207,12 +209,13 @@ def main():
         bench_text.append(text)
         return {"exit": rc}, rc == 0
 
-    # exactness first, then the numbers, then the rest (a stage past the budget is skipped, not cut)
+    # the bench first, in its own process (its persistent rows carry their own mismatch counts), then
+    # the exactness checks, then the rest: a stage past the budget is skipped, not cut
+    st.run("bench", bench)
     st.run("random cases", random_cases)
     st.run("random cases, row flags", random_flags)
     st.run("fma build", fma)
     st.run("watchdog", watchdog)
-    st.run("bench", bench)
     st.run("dsv4-flash TP4 replay", flash_replay)
     st.run("profile", profile)
     st.run("gate cycle=persistent", gate)
