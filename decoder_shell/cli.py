@@ -57,12 +57,15 @@ def add_geometry_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-rows", type=int, default=1, help="rows of the draft phase; 0 for none (default 1)")
     p.add_argument("--draft-kind", default="mtp1", choices=sorted(DRAFT_KINDS), help="draft model shape")
     p.add_argument("--reduce-dtype", default="bfloat16", choices=REDUCE_DTYPES, help="all-reduce dtype")
+    p.add_argument("--moe-weights", default=None, choices=("packed", "expanded"),
+                   help="MoE presets: expert weights as official codes + scales or decoded bf16 (default packed)")
 
 
 def geometry_from(args):
     from .geometry import preset
     return preset(args.preset, tp=args.tp, verify_rows=args.verify_rows, draft_rows=args.draft_rows,
-                  draft_kind=args.draft_kind, reduce_dtype=args.reduce_dtype)
+                  draft_kind=args.draft_kind, reduce_dtype=args.reduce_dtype,
+                  moe_weights=getattr(args, "moe_weights", None))
 
 
 def open_corpus(path):
@@ -91,8 +94,9 @@ def cmd_synth(args, console: Console) -> int:
     with args.tracker.expect("write", commands, "synth: writing boundaries") as t:
         c = synth(g, Path(args.out), seed=args.seed, progress=t.hook("write"))
     n = c.info.counts
+    recipes = f", {n['recipe_tensors']} recipe tensors ({n['recipe_bytes'] / 2**20:.1f} MiB)" if n.get("recipe_tensors") else ""
     console.print(f"wrote {args.out}: {n['manifests']} manifests, {n['blobs']} blobs, "
-                  f"{n['referenced_bytes'] / 2**20:.1f} MiB referenced, {n['stored_bytes'] / 2**20:.1f} MiB stored")
+                  f"{n['referenced_bytes'] / 2**20:.1f} MiB referenced, {n['stored_bytes'] / 2**20:.1f} MiB stored{recipes}")
     return 0
 
 

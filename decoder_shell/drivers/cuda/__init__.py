@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ...errors import DriverUnavailable, UsageError
 from .. import PLACEMENTS
-from ..base import Driver
+from ..base import Driver, refuse_moe
 from . import api
 from .session import CudaSession
 from .variants import describe
@@ -74,6 +74,7 @@ class CudaDriver(Driver):
         return "processes" if ranks > 1 and self.device_count >= ranks else "emulated"
 
     def load(self, cycle, variants=None):
+        refuse_moe(cycle, "cuda")
         form = persistent_form(cycle, variants, self.cycle_form)
         if form:
             return self._load_persistent(cycle, form)
