@@ -59,12 +59,15 @@ def add_geometry_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reduce-dtype", default="bfloat16", choices=REDUCE_DTYPES, help="all-reduce dtype")
     p.add_argument("--fused-norm", action="store_true",
                    help="hc_pre's layer input is RMSNorm(collapse) * norm_weight, as vLLM computes it")
+    p.add_argument("--moe-weights", default=None, choices=("packed", "expanded"),
+                   help="MoE presets: expert weights as official codes + scales or decoded bf16 (default packed)")
 
 
 def geometry_from(args):
     from .geometry import preset
     return preset(args.preset, tp=args.tp, verify_rows=args.verify_rows, draft_rows=args.draft_rows,
-                  draft_kind=args.draft_kind, reduce_dtype=args.reduce_dtype, fused_norm=args.fused_norm)
+                  draft_kind=args.draft_kind, reduce_dtype=args.reduce_dtype,
+                  moe_weights=getattr(args, "moe_weights", None), fused_norm=getattr(args, "fused_norm", False))
 
 
 def open_corpus(path):
@@ -93,8 +96,9 @@ def cmd_synth(args, console: Console) -> int:
     with args.tracker.expect("write", commands, "synth: writing boundaries") as t:
         c = synth(g, Path(args.out), seed=args.seed, progress=t.hook("write"))
     n = c.info.counts
+    recipes = f", {n['recipe_tensors']} recipe tensors ({n['recipe_bytes'] / 2**20:.1f} MiB)" if n.get("recipe_tensors") else ""
     console.print(f"wrote {args.out}: {n['manifests']} manifests, {n['blobs']} blobs, "
-                  f"{n['referenced_bytes'] / 2**20:.1f} MiB referenced, {n['stored_bytes'] / 2**20:.1f} MiB stored")
+                  f"{n['referenced_bytes'] / 2**20:.1f} MiB referenced, {n['stored_bytes'] / 2**20:.1f} MiB stored{recipes}")
     return 0
 
 
@@ -163,7 +167,7 @@ def cmd_replay(args, console: Console) -> int:
     if args.epochs < 1 or args.changed < 0 or args.settle < 0:
         raise UsageError("--epochs must be >= 1, --changed and --settle >= 0")
     corpus = open_corpus(args.corpus)
-    driver = get_driver(args.driver, placement=args.placement)
+    driver = get_driver(args.driver, placement=args.placement, cycle=args.cycle)
     t = args.tracker.expect("bind", len(corpus.geometry.boundaries()), "replay: reading the corpus")
     t.expect("graph", args.settle + args.epochs, "replay: graph epochs")
     t.expect("changed", args.changed, "replay: changed epochs")
@@ -221,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--placement", default="auto", choices=PLACEMENTS,
                    help="cuda: ranks emulated on one GPU, or one process per rank (auto: processes when "
                         "there is a GPU per rank)")
+    s.add_argument("--cycle", default="graph", choices=("graph", "persistent", "persistent-flags"),
+                   help="cuda: the cycle as a graph of kernel nodes, or as one persistent cooperative kernel "
+                        "(its steps separated by grid barriers, or ordered by row counters)")
     s.add_argument("--seed", type=int, default=0, help="seed of the changed epochs' inputs")
     s.add_argument("--json", action="store_true", help="print the full result as JSON")
     s.add_argument("--json-out", type=Path, help="write the JSON result here (the table still prints)")

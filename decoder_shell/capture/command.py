@@ -42,6 +42,9 @@ def capture_geometry(info: dict, args) -> Geometry:
         raise UsageError("the service declares no geometry; pass --preset (and --verify-rows/--draft-rows)")
     if args.phase == "verify":
         g = replace(g, draft_rows=0)
+    if g.moe is not None and g.draft_rows:
+        raise UsageError(f"capture does not record MoE draft commands yet (preset {g.preset}); "
+                         f"capture with --phase verify or a preset without MoE")
     return g
 
 

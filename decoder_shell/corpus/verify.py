@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..commands.ops import run_allreduce, run_mhc
+from ..commands.ops import run_allreduce, run_local
 from ..commands.program import build_cycle
 from ..contracts.bits import max_ulp, mismatches
 from .bind import bind
@@ -42,7 +42,7 @@ def verify(corpus: Corpus, progress=None, parity_progress=None) -> dict:
             got = run_allreduce([values[r][cmd.inputs["x"]] for r in range(g.ranks)], cyc.contract)
             results = [{"out": got}] * g.ranks
         else:
-            results = [run_mhc(cmd.op, {k: values[r][i] for k, i in cmd.inputs.items()}, g.mhc, g.hc)
+            results = [run_local(cmd.op, {k: values[r][i] for k, i in cmd.inputs.items()}, g)
                        for r in range(g.ranks)]
         p = parity[cmd.op]
         p["boundaries"] += 1

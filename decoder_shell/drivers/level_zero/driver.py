@@ -6,7 +6,8 @@ on the OpenCL CPU device it submits the prebuilt launch plan through SYCL (sycl_
 
 from __future__ import annotations
 
-from ..base import Driver, require_support
+from ...geometry import MOE_OPS
+from ..base import Driver, refuse_moe, require_support
 from . import runtime
 
 
@@ -27,12 +28,18 @@ class LevelZeroDriver(Driver):
 
     def load(self, cycle, variants=None):
         require_support(cycle, "level-zero", fused_norm=False,
-                        ops=("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head"))
+                        ops=("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head", *MOE_OPS))
         if self.kind == "gpu":
+            refuse_moe(cycle, "level-zero (Level Zero GPU path)")
             from .ze_session import ZeSession
             return ZeSession(cycle, self.target, variants)
         from .sycl_session import SyclSession
         return SyclSession(cycle, self.target, variants)
+
+    def available_variants(self) -> dict[str, str]:
+        """Candidate implementations this driver offers, name -> one-line description."""
+        from .plan import VARIANTS
+        return {k: v for k, v in VARIANTS.items() if k != "baseline"}
 
     def versions(self) -> dict:
         from importlib import metadata
