@@ -37,7 +37,7 @@ def shell(*args, timeout=RUN_TIMEOUT_S):
 class Service:
     """`shell serve-reference` as a process group, always killed at the end."""
 
-    def __init__(self, folder: Path, tp: int, mhc: str):
+    def __init__(self, folder: Path, tp: int, mhc: str, *extra: str):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token_file = folder / f"token-{self.port}"
@@ -45,7 +45,7 @@ class Service:
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
                 [*SHELL, "serve-reference", "--tp", str(tp), "--port", str(self.port), "--mhc", mhc,
-                 "--token-file", str(self.token_file), "--backend", "gloo"],
+                 "--token-file", str(self.token_file), "--backend", "gloo", *extra],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:

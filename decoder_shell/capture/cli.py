@@ -38,6 +38,15 @@ def register(sub) -> None:
     s.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto",
                    help="torch.distributed backend (auto: nccl when every rank has a GPU, else gloo)")
     s.add_argument("--no-capture", action="store_true", help="do not install the capture plugin")
+    s.add_argument("--preset", choices=("reference", "dsv4-flash"), default="reference",
+                   help="model size: the small reference (hidden 64, 2 layers) or DeepSeek-V4-Flash's "
+                        "(hidden 4096, 43 layers, its attention shapes)")
+    s.add_argument("--layers", type=int, default=0, help="override the preset's layer count")
+    s.add_argument("--routed-experts", type=int, default=0, metavar="N",
+                   help="routed experts in all (split over the ranks; dsv4-flash default 8, top-6)")
+    s.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the ranks run: cuda uses one GPU per rank over NCCL when there are R GPUs, "
+                        "else all ranks on one GPU over gloo")
     s.set_defaults(func=_serve)
 
 
@@ -54,4 +63,5 @@ def _serve(args, console) -> int:
         raise UsageError("--port must be between 0 and 65535")
     return serve(ServeOptions(tp=args.tp, port=args.port, mhc=args.mhc, verify_rows=args.verify_rows,
                               seed=args.seed, token_file=args.token_file, capture=not args.no_capture,
-                              backend=args.backend))
+                              backend=args.backend, device=args.device, preset=args.preset,
+                              layers=args.layers, routed_experts=args.routed_experts))

@@ -32,7 +32,10 @@ def free_port() -> int:
 def serve(opts) -> int:
     """Run the service until a signal or a rank exits; returns the exit code."""
     from .shape import ModelShape
-    ModelShape().check_tp(opts.tp)
+    started = time.monotonic()
+    if opts.device not in ("cpu", "cuda"):
+        raise UsageError("--device must be cpu or cuda")
+    ModelShape.named(opts.preset, opts.layers, opts.routed_experts).check_tp(opts.tp)
     if opts.verify_rows < 1 or opts.verify_rows > 16:
         raise UsageError("--verify-rows must be between 1 and 16")
     if opts.mhc not in ("transformers", "shell"):
@@ -43,7 +46,7 @@ def serve(opts) -> int:
     except OSError as e:
         raise UsageError(f"cannot listen on 127.0.0.1:{opts.port} ({e.strerror})") from None
     try:
-        backend = _backend(opts.backend, opts.tp)
+        backend = _backend(opts.backend, opts.tp, opts.device)
     except Exception:
         http.server_close()
         raise
@@ -54,8 +57,8 @@ def serve(opts) -> int:
     run_dir = tempfile.mkdtemp(prefix="decoder-shell-serve-")
     token_file = opts.token_file or str(default_token_file(port))
     opts = replace(opts, port=port, backend=backend, token_file=token_file, run_dir=run_dir,
-                   master_port=free_port())
-    forked = backend != "nccl"  # CUDA wants fresh interpreters; rank 0 then binds the port itself
+                   master_port=free_port(), device="cuda" if backend == "nccl" else opts.device, started=started)
+    forked = opts.device == "cpu"  # CUDA wants fresh interpreters; rank 0 then binds the port itself
     ctx = mp.get_context("fork" if forked else "spawn")
     if not forked:
         http.server_close()
@@ -100,16 +103,22 @@ def _stop(ranks) -> None:
             p.join()
 
 
-def _backend(name: str, tp: int) -> str:
-    if name == "gloo":
+def _backend(name: str, tp: int, device: str = "cpu") -> str:
+    """gloo on the CPU; on cuda (or with --backend nccl) NCCL when every rank has its own GPU, else
+    gloo over CUDA tensors with every rank on GPU 0. A cuda run without a GPU is refused (exit 3)."""
+    from ...errors import DriverUnavailable
+    if name not in ("auto", "gloo", "nccl"):
+        raise UsageError("--backend must be auto, gloo or nccl")
+    if device == "cpu" and name != "nccl":
         return "gloo"
     gpus = _gpu_count()
+    if device == "cuda" and gpus == 0:
+        raise DriverUnavailable("--device cuda needs a CUDA GPU; torch sees none (use --device cpu)")
     if name == "nccl" and gpus < tp:
-        from ...errors import DriverUnavailable
         raise DriverUnavailable(f"--backend nccl needs one GPU per rank ({tp}); found {gpus}")
-    if name in ("nccl", "auto"):
-        return "nccl" if gpus >= tp else "gloo"
-    raise UsageError("--backend must be auto, gloo or nccl")
+    if name == "gloo":
+        return "gloo"
+    return "nccl" if gpus >= tp else "gloo"
 
 
 def _gpu_count() -> int:

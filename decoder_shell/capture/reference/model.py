@@ -12,6 +12,10 @@ follows what TP engines do, with an all-reduce of partial sums after each split 
 - draft (MTP-style block, the layer after the target's last): its input projection over
   [norm(embed), norm(hidden)] is split by input columns and all-reduced.
 Everything else (mHC, norms, head, lm_head) is replicated, as the mHC is in TP engines.
+
+At DeepSeek-V4-Flash size (`ModelShape.large`) a full fp32 model per rank would be tens of GB on the
+host, so each rank builds the same structure on the meta device, keeps its slices, allocates them on
+its own device and draws its weights there (`seeded_init`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.deepseek_v4.modeling_deepseek_v4 import (
     DeepseekV4Attention, DeepseekV4Experts, DeepseekV4ForCausalLM,
-    DeepseekV4HyperHead, DeepseekV4MLP, DeepseekV4RMSNorm)
+    DeepseekV4HyperHead, DeepseekV4MLP, DeepseekV4RMSNorm, DeepseekV4RotaryEmbedding)
 
 from .shape import ModelShape
 
@@ -117,11 +121,23 @@ class DraftInput(nn.Module):
 class RankModel(nn.Module):
     """One rank's share of the target model and of the draft block."""
 
-    def __init__(self, shape: ModelShape, rank: int, tp: int, seed: int = 0):
+    def __init__(self, shape: ModelShape, rank: int, tp: int, seed: int = 0, device="cpu"):
         super().__init__()
         shape.check_tp(tp)
         self.shape = shape
-        full = build_full(shape, seed)
+        if shape.large:  # the structure on the meta device, then this rank's weights on `device`
+            with torch.device("meta"):
+                self._split(build_full(shape, seed, init=False), rank, tp)
+            self.to_empty(device=device)
+            self.rotary = DeepseekV4RotaryEmbedding(shape.config(), device=device)
+            seeded_init(self, seed, rank)
+        else:
+            self._split(build_full(shape, seed), rank, tp)
+            self.to(device)
+        self.eval()
+
+    def _split(self, full: DeepseekV4ForCausalLM, rank: int, tp: int) -> None:
+        shape = self.shape
         m = full.model
         self.embed = VocabParallelEmbedding(m.embed_tokens.weight.data, rank, tp)
         self.draft_embed = nn.Embedding.from_pretrained(m.embed_tokens.weight.data.clone())  # replicated
@@ -136,11 +152,44 @@ class RankModel(nn.Module):
         self.draft_input = DraftInput(full.draft_proj, full.draft_enorm, full.draft_hnorm, rank, tp)
         self.draft_head, self.draft_norm = full.draft_hc_head, full.draft_norm
         cast_for_serving(self)
-        self.eval()
 
 
-def build_full(shape: ModelShape, seed: int) -> DeepseekV4ForCausalLM:
-    """The whole model, fp32, from one seed: target layers plus the draft (MTP) layer after them."""
+SPLIT = (r"^embed\.", r"^draft_input\.weight$", r"self_attn\.inner\.(q_b_proj|sinks|o_a_proj|o_b_proj)",
+         r"\.mlp\.(experts|shared)\.")
+
+
+def seeded_init(model: nn.Module, seed: int, rank: int) -> None:
+    """Deterministic random weights drawn on the parameters' own device: each parameter from its own
+    stream, seeded by (seed, name) when it is replicated (every rank draws the same bits: the mHC,
+    norms, router, shared projections) and by (seed, name, rank) when it is this rank's slice."""
+    import re
+    import zlib
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            split = any(re.search(k, name) for k in SPLIT)
+            g = torch.Generator(device=p.device)
+            g.manual_seed(zlib.crc32(f"{seed}:{name}:{rank if split else 'all'}".encode()))
+            leaf = name.rsplit(".", 1)[-1]
+            if leaf in ("fn", "hc_fn"):
+                p.normal_(0.0, p.shape[1] ** -0.5, generator=g)
+            elif leaf in ("base", "hc_base"):
+                p.normal_(0.0, 0.5, generator=g)
+            elif leaf in ("scale", "hc_scale"):
+                p.uniform_(0.25, 1.5, generator=g)
+            elif "norm" in name and p.dim() == 1:
+                p.fill_(1.0)
+            elif leaf in ("sinks", "e_score_correction_bias"):
+                p.zero_()
+            else:
+                p.normal_(0.0, 0.02, generator=g)
+        for name, b in model.named_buffers():  # the router's correction bias; rotary is rebuilt
+            if not name.startswith("rotary."):
+                b.zero_()
+
+
+def build_full(shape: ModelShape, seed: int, init: bool = True) -> DeepseekV4ForCausalLM:
+    """The whole model, fp32, from one seed: target layers plus the draft (MTP) layer after them
+    (with `init=False` only its structure, as on the meta device)."""
     torch.manual_seed(seed)
     cfg = shape.config(layers=shape.layers + 1)
     full = DeepseekV4ForCausalLM(cfg)
@@ -150,6 +199,8 @@ def build_full(shape: ModelShape, seed: int) -> DeepseekV4ForCausalLM:
     full.draft_hnorm = DeepseekV4RMSNorm(shape.hidden, eps=cfg.rms_norm_eps)
     full.draft_norm = DeepseekV4RMSNorm(shape.hidden, eps=cfg.rms_norm_eps)
     full.draft_hc_head = DeepseekV4HyperHead(cfg)
+    if not init:
+        return full.eval()
     with torch.no_grad():
         full.draft_proj.weight.normal_(0.0, cfg.initializer_range, generator=g)
         heads = [full.model.hc_head, full.draft_hc_head]

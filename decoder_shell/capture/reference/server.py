@@ -11,6 +11,7 @@ import queue
 import signal
 import sys
 import threading
+import time
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -53,13 +54,13 @@ def rank_main(rank: int, opts: ServeOptions, http_server=None) -> None:
     if http_server is None and rank == 0:
         http_server = ThreadingHTTPServer(("127.0.0.1", opts.port), Handler)
         http_server.daemon_threads = True
-    device = torch.device(f"cuda:{rank}") if opts.backend == "nccl" else torch.device("cpu")
+    device = rank_device(opts, rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(opts.backend, init_method=f"tcp://127.0.0.1:{opts.master_port}", rank=rank,
                             world_size=opts.tp, timeout=timedelta(hours=24))
-    shape = ModelShape()
-    model = RankModel(shape, rank, opts.tp, opts.seed).to(device)
+    shape = ModelShape.named(opts.preset, opts.layers, opts.routed_experts)
+    model = RankModel(shape, rank, opts.tp, opts.seed, device)
     if opts.mhc == "shell":
         swap_in(model)
     geometry = shape.geometry(opts.tp, opts.verify_rows)
@@ -69,6 +70,7 @@ def rank_main(rank: int, opts: ServeOptions, http_server=None) -> None:
                                  control_port=None, geometry=geometry,
                                  service={"service": "decoder-shell reference", "mhc": opts.mhc,
                                           "backend": opts.backend, "seed": opts.seed,
+                                          "device": str(device), "preset": opts.preset,
                                           "transformers": _version("transformers"), "torch": torch.__version__})
     engine = Engine(model, opts.verify_rows)
     dist.barrier()
@@ -76,6 +78,14 @@ def rank_main(rank: int, opts: ServeOptions, http_server=None) -> None:
         _serve_rank0(engine, plugin, opts, geometry, http_server)
     else:
         _follow(engine)
+
+
+def rank_device(opts: ServeOptions, rank: int) -> torch.device:
+    """nccl: GPU `rank` (one per rank); gloo on cuda: all ranks share GPU 0 (gloo reduces CUDA
+    tensors through host copies); otherwise the CPU."""
+    if opts.device != "cuda":
+        return torch.device("cpu")
+    return torch.device(f"cuda:{rank}" if opts.backend == "nccl" else "cuda:0")
 
 
 def _follow(engine: Engine) -> None:
@@ -91,11 +101,14 @@ def _serve_rank0(engine: Engine, plugin, opts: ServeOptions, geometry, http_serv
     jobs: queue.Queue = queue.Queue()
     http_server.app = {"jobs": jobs, "plugin": plugin, "health": {
         "ok": True, "tp": opts.tp, "mhc": opts.mhc, "backend": opts.backend, "verify_rows": opts.verify_rows,
+        "device": opts.device, "preset": opts.preset,
         "capture": plugin is not None, "geometry": geometry.to_json()}}
     threading.Thread(target=http_server.serve_forever, name="reference-http", daemon=True).start()
     token = f"; capture token in {opts.token_file}" if plugin is not None else "; capture plugin not installed"
-    print(f"serving http://127.0.0.1:{http_server.server_address[1]} (TP {opts.tp}, {opts.backend}, "
-          f"mhc {opts.mhc}, verify rows {opts.verify_rows}){token}", flush=True)
+    g = geometry
+    print(f"serving http://127.0.0.1:{http_server.server_address[1]} (TP {opts.tp}, {opts.backend} on "
+          f"{opts.device}, hidden {g.hidden}, layers {g.layers}, mhc {opts.mhc}, verify rows {opts.verify_rows}, "
+          f"ready in {time.monotonic() - opts.started:.1f} s){token}", flush=True)
     while True:
         job = jobs.get()
         dist.broadcast_object_list([job["cmd"]], src=0)
