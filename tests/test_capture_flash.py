@@ -91,3 +91,20 @@ def test_cuda_device_without_a_gpu_is_refused_in_one_line():
     assert r.returncode == 3, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "--device cuda needs a CUDA GPU" in lines[0], r.stderr
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 9), past=st.integers(0, 300), window=st.sampled_from([0, 1, 4, 128]))
+def test_causal_mask_is_transformers_sliding_window_mask(rows, past, window):
+    """The engine's mask hides what transformers' own (sliding) causal mask function hides."""
+    from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
+
+    from decoder_shell.capture.reference.engine import causal_mask
+    allowed = sliding_window_causal_mask_function(window) if window else causal_mask_function
+    m = causal_mask(rows, past, torch.float32, window=window)[0, 0]
+    q = torch.arange(rows).unsqueeze(1) + past
+    k = torch.arange(past + rows).unsqueeze(0)
+    zero = torch.tensor(0)
+    want = allowed(zero, zero, q, k).expand(rows, past + rows)
+    assert torch.equal(m == 0, want)
+    assert torch.equal(m != 0, ~want) and (m[~want] == torch.finfo(torch.float32).min).all()

@@ -36,12 +36,14 @@ class KVCache:
             self.kv[i] = t[:, :, :length]
 
 
-def causal_mask(rows: int, past: int, dtype, device=None) -> torch.Tensor:
-    """[1, 1, rows, past+rows]: row i (position past+i) sees positions <= past+i."""
+def causal_mask(rows: int, past: int, dtype, device=None, window: int = 0) -> torch.Tensor:
+    """[1, 1, rows, past+rows]: row i (position past+i) sees positions <= past+i (and, with a sliding
+    `window`, only the last `window` of them, as transformers' sliding layers do)."""
     q = torch.arange(rows, device=device).unsqueeze(1) + past
     k = torch.arange(past + rows, device=device).unsqueeze(0)
     m = torch.zeros(rows, past + rows, dtype=dtype, device=device)
-    m.masked_fill_(k > q, torch.finfo(dtype).min)
+    hidden = (k > q) | (k <= q - window) if window else k > q
+    m.masked_fill_(hidden, torch.finfo(dtype).min)
     return m[None, None]
 
 
@@ -74,7 +76,7 @@ class Engine:
         pos = torch.arange(start, start + rows, device=self.device)[None]
         emb = {"main": self.m.rotary(x, position_ids=pos, layer_type="main"),
                "compress": self.m.rotary(x, position_ids=pos, layer_type="compress")}
-        mask = causal_mask(rows, past, x.dtype, self.device)
+        mask = causal_mask(rows, past, x.dtype, self.device, self.m.shape.sliding_window)
         streams = x.unsqueeze(2).expand(-1, -1, self.hc, -1).contiguous()
         for layer in layers:
             streams = layer(streams, position_embeddings=emb, position_ids=pos, attention_mask=mask,
