@@ -57,7 +57,7 @@ def main(out: Path) -> int:
     c0 = (cap.get("corpora") or [{}])[0]
     per_op = ins.get("manifests_per_op") or {}
     g = ins.get("geometry") or {}
-    t = Table(title=f"captured corpus ({g.get('preset')}, D={g.get('hidden')}, {g.get('layers')} layers, "
+    t = Table(title=f"captured corpus ({g.get('preset')}, D={g.get('hidden')}, layers {g.get('layers')}, "
                     f"TP{g.get('ranks')}, draft M={g.get('draft_rows')} + verify M={g.get('verify_rows')}) "
                     "next to the seed's artifact")
     for c in ("", "captured", "seed's artifact (verify phase only)"):
