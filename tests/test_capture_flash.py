@@ -108,3 +108,15 @@ def test_causal_mask_is_transformers_sliding_window_mask(rows, past, window):
     want = allowed(zero, zero, q, k).expand(rows, past + rows)
     assert torch.equal(m == 0, want)
     assert torch.equal(m != 0, ~want) and (m[~want] == torch.finfo(torch.float32).min).all()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--layers", "0"], "--layers must be at least 1"),
+    (["--routed-experts", "6", "--tp", "4"], "--routed-experts a multiple of it"),
+    (["--preset", "dsv4-flash", "--tp", "3"], "--tp 3 does not divide the dsv4-flash model's"),
+])
+def test_bad_flash_options_are_one_line_and_exit_2(args, says):
+    r = subprocess.run([*SHELL, "serve-reference", "--preset", "dsv4-flash", "--port", "0", *args],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and says in r.stderr, r.stderr

@@ -40,13 +40,13 @@ def register(sub) -> None:
     s.add_argument("--no-capture", action="store_true", help="do not install the capture plugin")
     s.add_argument("--preset", choices=("reference", "dsv4-flash"), default="reference",
                    help="model size: the small reference (hidden 64, 2 layers) or DeepSeek-V4-Flash's "
-                        "(hidden 4096, 43 layers, its attention shapes)")
-    s.add_argument("--layers", type=int, default=0, help="override the preset's layer count")
-    s.add_argument("--routed-experts", type=int, default=0, metavar="N",
-                   help="routed experts in all (split over the ranks; dsv4-flash default 8, top-6)")
+                        "(hidden 4096, 43 layers, its attention shapes); default reference")
+    s.add_argument("--layers", type=int, help="layers of the target (default: the preset's, 2 or 43)")
+    s.add_argument("--routed-experts", type=int, metavar="N",
+                   help="routed experts in all, split over the ranks, top-6 or fewer (default: the preset's, 8)")
     s.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where the ranks run: cuda uses one GPU per rank over NCCL when there are R GPUs, "
-                        "else all ranks on one GPU over gloo")
+                        "else all ranks on one GPU over gloo (default cpu)")
     s.set_defaults(func=_serve)
 
 
@@ -57,11 +57,14 @@ def _capture(args, console) -> int:
 
 def _serve(args, console) -> int:
     from .reference.launch import serve
+    from .errors import UsageError
     from .reference.options import ServeOptions
     if not 0 <= args.port <= 65535:
-        from .errors import UsageError
         raise UsageError("--port must be between 0 and 65535")
+    for name in ("layers", "routed_experts"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
     return serve(ServeOptions(tp=args.tp, port=args.port, mhc=args.mhc, verify_rows=args.verify_rows,
                               seed=args.seed, token_file=args.token_file, capture=not args.no_capture,
                               backend=args.backend, device=args.device, preset=args.preset,
-                              layers=args.layers, routed_experts=args.routed_experts))
+                              layers=args.layers or 0, routed_experts=args.routed_experts or 0))
