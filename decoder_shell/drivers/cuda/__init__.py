@@ -74,9 +74,9 @@ class CudaDriver(Driver):
         return "processes" if ranks > 1 and self.device_count >= ranks else "emulated"
 
     def load(self, cycle, variants=None):
-        refuse_moe(cycle, "cuda")
         form = persistent_form(cycle, variants, self.cycle_form)
         if form:
+            refuse_moe(cycle, f"cuda ({form} cycle)")  # the MoE commands are graph nodes only
             return self._load_persistent(cycle, form)
         self._last = self.placement_for(cycle.ranks)
         if self._last == "processes":

@@ -14,10 +14,23 @@ import ctypes as C
 import numpy as np
 
 from ...contracts.numerics import LANES
+from ...contracts.quant import decode_tables
+from ...geometry import MOE_OPS
 from .kernels import BLOCK, NOUT
 from .variants import MAX_PIECES, Node, Variant
 
 ALIGN = 256
+
+
+def moe_scratch_bytes(cycle, cmd) -> dict[str, int]:
+    """Kernel scratch of an expert command (moe_routed, moe_shared): bf16 h [slots, I/R] between w1/w3
+    and w2, and its act_qdq codes and scales; other MoE commands need none."""
+    if cmd.op not in ("moe_routed", "moe_shared"):
+        return {}
+    g = cycle.geometry
+    slots = g.phase(cmd.boundary.phase).rows * (g.moe.top_k if cmd.op == "moe_routed" else 1)
+    width = g.moe.width // g.ranks
+    return {"h": 2 * slots * width, "hc": slots * width, "hs": slots * width // 32}
 
 
 class Arena:
@@ -41,14 +54,19 @@ class Arenas:
         self.offsets = {b.id: (outs if b.kind == "output" else state).take(b.nbytes) for b in cycle.buffers}
         self.kinds = {b.id: b.kind for b in cycle.buffers}
         self.scratch, self.sync, self.slots = {}, {}, {}
+        self.moe_scratch: dict[int, dict[str, int]] = {}  # expert commands: h, its codes and scales
         for cmd in cycle.commands:
-            if cmd.op != "allreduce":
+            if cmd.op in MOE_OPS:
+                self.moe_scratch[cmd.index] = {n: work.take(b) for n, b in moe_scratch_bytes(cycle, cmd).items()}
+            elif cmd.op != "allreduce":
                 m = cycle.geometry.phase(cmd.boundary.phase).rows
                 self.scratch[cmd.index] = work.take(4 * m * ((LANES // BLOCK) * (NOUT[cmd.op] + 1) + 4 + NOUT[cmd.op]))
                 self.sync[cmd.index] = work.take(8)
             else:
                 self.slots[cmd.index] = work.take(8 * cycle.ranks * MAX_PIECES)
         self.epoch_off = work.take(8)
+        # the MoE kernels' decode tables (ml_dtypes' E4M3 and E2M1 values), uploaded once per rank
+        self.tables_off = work.take(decode_tables().nbytes) if self.moe_scratch else None
         staging = Arena()  # expected outputs of `copy` commands (Session.set_expected)
         self.staging = {bid: staging.take(cycle.buffers[bid].nbytes) for idx, v in variants.items()
                         if isinstance(v, Variant) and v.node is Node.COPY
@@ -66,6 +84,9 @@ class Arenas:
             ptrs.append(int(self.cu.cuMemAlloc(max(size, ALIGN))))
             self.owned.append(ptrs[-1])
         self.cu.cuMemsetD8(ptrs[2], 0, max(self.work_size, ALIGN))
+        if self.tables_off is not None:
+            t = decode_tables()
+            self.cu.cuMemcpyHtoD(ptrs[2] + self.tables_off, t.ctypes.data, t.nbytes)
         self.base[rank] = tuple(ptrs)
 
     # --- addresses --------------------------------------------------------------------------

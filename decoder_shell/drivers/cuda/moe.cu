@@ -3,6 +3,8 @@
 // weights, and the ascending-id combine. Every kernel is bit-identical to its numpy contract; the
 // build prepends kernels.cu's arithmetic prelude (ADD/MUL/DIV/SQRT, f2bf/bf2f, pexp) and the fp32
 // constants of the contracts as exact bit patterns (drivers/cuda/moe.py).
+// Each kernel waits for its predecessors (pdl_wait) before it reads what they wrote, then lets its
+// successor start (pdl_trigger): in the cycle graph they take programmatic edges like the mHC kernels.
 // Routing stays on the device: every kernel reads the expert ids itself; launch dimensions depend on
 // the geometry only (one block column per expert, idle when no row picked it); nothing allocates.
 
@@ -33,6 +35,7 @@ __device__ __forceinline__ float warp_tree(float v) {
 extern "C" __global__ void __launch_bounds__(256) moe_qdq(const bf16_t* x, unsigned char* codes,
                                                           unsigned char* scales, int rows, int K) {
   pdl_wait();
+  pdl_trigger();
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int groups = K >> 5;
   int g = blockIdx.x * 8 + warp, row = blockIdx.y;
@@ -70,6 +73,7 @@ extern "C" __global__ void __launch_bounds__(1024) moe_gate(const bf16_t* x, con
   __shared__ float red[32][GATE_CHUNK];
   __shared__ float sc[1024];
   pdl_wait();
+  pdl_trigger();
   int t = blockIdx.x, l = threadIdx.x, lane = l & 31, warp = l >> 5;
   if (t >= rows) return;
   const bf16_t* xr = x + (size_t)t * D;
@@ -214,6 +218,7 @@ __device__ __forceinline__ void moe_linear(const MoeLin& a) {
   for (int i = threadIdx.x; i < TABLE_FLOATS; i += blockDim.x) tab[i] = a.tables[i];
   __syncthreads();
   pdl_wait();
+  pdl_trigger();
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int e = blockIdx.x, n = blockIdx.y * MOE_WARPS + warp;
   if (n >= a.N) return;
@@ -251,6 +256,7 @@ MOE_LINEAR(moe_down_bf16, FMT_BF16, EPI_F32)
 extern "C" __global__ void __launch_bounds__(256) moe_combine(const float* slots, const float* shared, const int* ids,
                                                               float* out, int rows, int topk, int D) {
   pdl_wait();
+  pdl_trigger();
   int t = blockIdx.y, d = blockIdx.x * 256 + threadIdx.x;
   if (t >= rows || d >= D) return;
   const int* id = ids + (size_t)t * topk;
@@ -260,6 +266,7 @@ extern "C" __global__ void __launch_bounds__(256) moe_combine(const float* slots
     int best = -1;
     for (int j = 0; j < topk; j++)
       if (id[j] > prev && (best < 0 || id[j] < id[best])) best = j;
+    if (best < 0) break;  // ids not from a gate (a deleted gate's poison): never read outside the slots
     prev = id[best];
     acc = ADD(acc, slots[((size_t)t * topk + best) * D + d]);
   }

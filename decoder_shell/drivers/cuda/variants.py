@@ -13,6 +13,7 @@ from enum import Enum
 
 from ...contracts.numerics import LANES
 from ...errors import UsageError
+from ...geometry import MOE_OPS
 from . import args as A
 
 
@@ -27,6 +28,7 @@ class Target(Enum):
     ANY = "any"
     MHC = "mhc"
     ALLREDUCE = "allreduce"
+    MOE = "moe"
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class Variant:
     ring: bool = False  # all-reduce as reduce-scatter + all-gather nodes
     segments: int = 1  # all-reduce run as this many narrower collectives
     emulated_only: bool = False  # reads peers outside the arrival protocol
+    ops: tuple = ()  # Target.MOE: the MoE commands it can stand for
+    expanded: bool = False  # MoE experts: packed weights decoded once on the device to bf16
 
     @property
     def builds_kernel(self) -> bool:
@@ -114,6 +118,10 @@ def resolve(cycle, variants: dict | None, *, rank: int | None, sm: int) -> dict:
             raise UsageError(f"{v!r} is an mHC implementation; command {idx} is an all-reduce")
         if op != "allreduce" and var.target is Target.ALLREDUCE:
             raise UsageError(f"{v!r} is an all-reduce implementation; command {idx} is {op}")
+        if op in MOE_OPS and var.target is Target.MHC:
+            raise UsageError(f"{v!r} is an mHC implementation; command {idx} is {op}")
+        if var.target is Target.MOE and op not in var.ops:
+            raise UsageError(f"{v!r} applies to {', '.join(var.ops)}; command {idx} is {op}")
         if var.rows:
             rows = cycle.geometry.phase(cmds[idx].boundary.phase).rows
             if rows != var.rows:
