@@ -27,7 +27,7 @@ from decoder_shell.contracts.expert import swiglu
 from decoder_shell.contracts.moe import combine_slots
 from decoder_shell.contracts.moe_gate import moe_gate
 from decoder_shell.contracts.numerics import BF16, F32, to_bf16
-from decoder_shell.contracts.qlinear import QWeight, linear
+from decoder_shell.contracts.qlinear import QWeight, expand, linear
 from decoder_shell.contracts.allreduce import RingContract
 from decoder_shell.corpus.synth import injected_values
 from decoder_shell.drivers.cuda import kernels as K
@@ -147,6 +147,13 @@ def run_moe_launch(cu, name, ln):
         i, rw = moe_gate(load(cu, x, BF16, (rows, d)), load(cu, w, BF16, (e, d)), load(cu, bias, F32, (e,)), k,
                          np.float32(scale))
         store(cu, ids, i.astype(np.int32)), store(cu, wts, rw)
+    elif name == "moe_expand":
+        codes, scales, out, rows, k, fmt, srows, _ = v
+        fmt = {0: "mxfp4", 1: "fp8"}[fmt]
+        assert srows == (1 if fmt == "mxfp4" else 32)
+        w = QWeight(fmt, load(cu, codes, np.uint8, (rows, k // 2 if fmt == "mxfp4" else k)),
+                    load(cu, scales, np.uint8, (rows // srows, k // 32)))
+        store(cu, out, expand(w))
     elif name == "moe_combine":
         slots, shared, ids, out, rows, k, d = v
         assert ln.grid == (-(-d // 256), rows, 1)
@@ -193,12 +200,18 @@ def replay_on_host(geometry, seed, variants=None):
         for bid, v in values[r].items():
             sess.write(r, bid, v)
     sess.poison()
+    decoded = 0
+    if sess.stale:  # what run() does first after a write of packed weights (moe-expanded)
+        for ln in sess.decodes:
+            run_moe_launch(cu, ln.func, ln)
+        decoded = len(sess.decodes)
     n = interpret(sess, cu)
     want = reference(cyc, values)
     bad = {b.name: mismatches(sess.read(r, b.id), want[r][b.id]) for r in range(cyc.ranks) for b in cyc.outputs()}
+    formats = {ln.func for ln in sess.graph.eager if isinstance(ln.func, str)}
     sess.close()
     assert not cu.mem, "the session left device memory allocated"
-    return cyc, n, {k: v for k, v in bad.items() if v}
+    return cyc, n + decoded, {k: v for k, v in bad.items() if v}, formats
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -206,17 +219,40 @@ def replay_on_host(geometry, seed, variants=None):
        rows=st.sampled_from([1, 5, 10]), kind=st.sampled_from(["mtp1", "dspark"]), seed=st.integers(0, 2 ** 16))
 def test_moe_graph_launches_compute_the_reference(no_builds, weights, tp, rows, kind, seed):
     g = preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind=kind, moe_weights=weights)
-    cyc, n, bad = replay_on_host(g, seed)
+    cyc, n, bad, funcs = replay_on_host(g, seed)
     subs = sum(c.op == "moe_routed" for c in cyc.commands)
     assert n == tp * subs * (3 + 3 + 3)  # qdq, gate, combine + 3 per expert command, per rank and sub-block
     assert bad == {}
+    fmts = {"mxfp4", "fp8"} if weights == "packed" else {"bf16"}
+    assert {f.rsplit("_", 1)[1] for f in funcs if f.startswith("moe_up")} == fmts
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tp=st.sampled_from([1, 2]), rows=st.sampled_from([1, 5]), seed=st.integers(0, 2 ** 16))
+def test_moe_expanded_candidate_decodes_on_the_device_and_computes_the_reference(no_builds, tp, rows, seed):
+    g = preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind="dspark")
+    cyc = build_cycle(g, RingContract())
+    experts = [c.index for c in cyc.commands if c.op in ("moe_routed", "moe_shared")]
+    cyc, n, bad, funcs = replay_on_host(g, seed, {i: "moe-expanded" for i in experts})
+    assert bad == {}
+    assert n == tp * len(experts) * (3 + 2) + tp * len(experts) // 2 * 3  # + 2 decodes per expert command
+    assert {f for f in funcs if f.startswith(("moe_up", "moe_down"))} == {"moe_up_bf16", "moe_down_bf16"}
+
+
+def test_moe_expanded_is_refused_on_an_expanded_corpus_and_on_other_commands(no_builds):
+    for weights, op, msg in (("expanded", "moe_routed", "already holds them expanded"),
+                             ("packed", "moe_gate", "applies to moe_routed, moe_shared")):
+        cyc = build_cycle(preset("tiny-moe", tp=2, verify_rows=2, draft_rows=5, moe_weights=weights), RingContract())
+        idx = next(c.index for c in cyc.commands if c.op == op)
+        with pytest.raises(UsageError, match=msg):
+            CudaSession(SimpleNamespace(cu=HostMemoryDriver(), arch="sm_90", sm=90), cyc, {idx: "moe-expanded"})
 
 
 def test_interpreter_catches_a_wrong_stride(no_builds, monkeypatch):
     real = M.strides
     monkeypatch.setattr(M, "strides", lambda fmt, *a: {**real(fmt, *a), "w_estride": real(fmt, *a)["w_mstride"]})
     g = preset("tiny-moe", tp=2, verify_rows=2, draft_rows=5, draft_kind="mtp1")
-    _, _, bad = replay_on_host(g, 1)
+    _, _, bad, _ = replay_on_host(g, 1)
     assert any(".slots" in k for k in bad)
 
 

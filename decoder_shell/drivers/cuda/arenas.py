@@ -2,8 +2,9 @@
 IPC handles through which one process per rank maps its peers' arenas.
 
 Arenas per rank: outputs (poisoned every epoch), state (injected inputs and params), work (kernel
-scratch, block sync counters, all-reduce arrival slots, the epoch counter; zeroed once), staging
-(expected outputs that `copy` commands write). Every allocation is recorded as it is made, so
+scratch, block sync counters, all-reduce arrival slots, the epoch counter, the MoE decode tables;
+zeroed once), staging (expected outputs that `copy` commands write), expanded (bf16 expert weights
+of `moe-expanded` commands, decoded from the params on the device). Every allocation is recorded as it is made, so
 free() releases exactly what exists, also after a constructor that failed half way.
 """
 
@@ -31,6 +32,13 @@ def moe_scratch_bytes(cycle, cmd) -> dict[str, int]:
     slots = g.phase(cmd.boundary.phase).rows * (g.moe.top_k if cmd.op == "moe_routed" else 1)
     width = g.moe.width // g.ranks
     return {"h": 2 * slots * width, "hc": slots * width, "hs": slots * width // 32}
+
+
+def expanded_bytes(cycle, cmd) -> dict[str, int]:
+    """bf16 bytes of an expert command's w13 and w2 decoded from its packed params (two nibbles a byte
+    for MXFP4 routed experts, one code a byte for FP8 shared ones)."""
+    per = 2 if cmd.op == "moe_routed" else 1
+    return {n: 2 * per * cycle.buffers[cmd.inputs[n]].nbytes for n in ("w13", "w2")}
 
 
 class Arena:
@@ -71,9 +79,12 @@ class Arenas:
         self.staging = {bid: staging.take(cycle.buffers[bid].nbytes) for idx, v in variants.items()
                         if isinstance(v, Variant) and v.node is Node.COPY
                         for bid in cycle.commands[idx].outputs.values()}
-        self._sizes = (outs.size, state.size, work.size, staging.size)
+        expanded = Arena()  # bf16 weights of `moe-expanded` expert commands, decoded on the device from the params
+        self.expanded = {idx: {n: expanded.take(b) for n, b in expanded_bytes(cycle, cycle.commands[idx]).items()}
+                         for idx, v in variants.items() if isinstance(v, Variant) and v.expanded}
+        self._sizes = (outs.size, state.size, work.size, staging.size, expanded.size)
         self.out_size, self.work_size = outs.size, work.size
-        self.base: dict[int, tuple[int, int, int, int]] = {}
+        self.base: dict[int, tuple[int, ...]] = {}
         self.owned: list[int] = []  # allocations of this process
         self.opened: list[int] = []  # peers' arenas mapped through IPC handles
         self.peer_tables: dict = {}
@@ -99,6 +110,9 @@ class Arenas:
 
     def staged(self, rank: int, bid: int) -> int:
         return self.base[rank][3] + self.staging[bid]
+
+    def expanded_addr(self, rank: int, idx: int, name: str) -> int:
+        return self.base[rank][4] + self.expanded[idx][name]
 
     def outputs(self, rank: int) -> int:
         return self.base[rank][0]
@@ -131,7 +145,7 @@ class Arenas:
                 C.memmove(h.getPtr(), raw, 64)
                 ptrs.append(int(self.cu.cuIpcOpenMemHandle(h, cu.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)))
                 self.opened.append(ptrs[-1])
-            self.base[r] = (*ptrs, 0)
+            self.base[r] = (*ptrs, 0, 0)
 
     def free(self) -> None:
         """Release every mapping and allocation made so far (each once)."""

@@ -101,14 +101,29 @@ class Binder:
         if cmd.op == "moe_combine":
             return [M.combine_launch(f, t["slots"], t["shared"], t["ids"], t["out"], rows, k, d)]
         routed = cmd.op == "moe_routed"
-        packed = g.moe.weights == "packed"
+        packed = g.moe.weights == "packed" and not var.expanded
         fmt = ("mxfp4" if routed else "fp8") if packed else "bf16"
+        if var.expanded:
+            t.update({n: mem.expanded_addr(rank, cmd.index, n) for n in ("w13", "w2")})
         sc = {n: mem.work(rank, off) for n, off in mem.moe_scratch[cmd.index].items()}
         return M.expert_launches(f, mem.work(rank, mem.tables_off), fmt, xc=t["codes"], xs=t["scales"],
                                  ids=t["ids"] if routed else 0, rw=t["weights"] if routed else 0, rows=rows,
                                  topk=k if routed else 1, w13=t["w13"], s13=t["s13"] if packed else 0, w2=t["w2"],
                                  s2=t["s2"] if packed else 0, experts=e if routed else 1, width=width, d=d,
                                  h=sc["h"], hc=sc["hc"], hs=sc["hs"], out=t["slots" if routed else "y"])
+
+    def expand(self, cmd, rank: int) -> list[A.Launch]:
+        """The decode of a `moe-expanded` command's packed w13 and w2 into its bf16 copies (run once after
+        the params are written, outside the graph)."""
+        mem, fmt = self.mem, "mxfp4" if cmd.op == "moe_routed" else "fp8"
+        out = []
+        for w, s in (("w13", "s13"), ("w2", "s2")):
+            shape = self.cycle.buffers[cmd.inputs[w]].shape
+            k = shape[-1] * (2 if fmt == "mxfp4" else 1)
+            out.append(M.expand_launch(self.funcs, mem.work(rank, mem.tables_off), fmt, mem.addr(rank, cmd.inputs[w]),
+                                       mem.addr(rank, cmd.inputs[s]), mem.expanded_addr(rank, cmd.index, w),
+                                       int(np.prod(shape[:-1])), k))
+        return out
 
     def sinkhorn(self, mhc: A.Launch) -> A.Launch:
         """The Sinkhorn node of an mHC launch that left its comb to it (same argument struct)."""

@@ -273,3 +273,22 @@ extern "C" __global__ void __launch_bounds__(256) moe_combine(const float* slots
   if (shared) acc = ADD(acc, shared[(size_t)t * D + d]);
   out[(size_t)t * D + d] = acc;
 }
+
+// ---- decode once: a packed weight stack to bf16 (the `moe-expanded` candidate, untimed) -------------
+// rows x K codes (MXFP4: K/2 bytes a row, low nibble the even input; FP8: K bytes) with E8M0 scales
+// [rows / srows, K/32] (srows 1 for MXFP4, 32 for FP8 32x32 blocks): out = bf16(code * 2^(s-127)),
+// the product in fp32 (qlinear.expand; exact in bf16 wherever the contract accepts the weight).
+extern "C" __global__ void __launch_bounds__(256) moe_expand(const unsigned char* codes, const unsigned char* scales,
+                                                             bf16_t* out, long long rows, int K, int fmt, int srows,
+                                                             const float* tables) {
+  long long n = rows * K;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    long long r = i / K;
+    int c = (int)(i - r * K);
+    float v = fmt == FMT_MXFP4 ? tables[256 + ((codes[r * (K >> 1) + (c >> 1)] >> (4 * (c & 1))) & 0xFu)]
+                               : tables[codes[i]];
+    unsigned s = scales[(r / srows) * (K >> 5) + (c >> 5)];
+    float scale = __uint_as_float(s ? s << 23 : 0x00400000u);  // 2^(s-127); byte 0 is the subnormal 2^-127
+    out[i] = f2bf(MUL(v, scale));
+  }
+}

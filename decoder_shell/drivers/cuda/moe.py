@@ -24,7 +24,7 @@ HERE = Path(__file__).parent
 PRELUDE_END = "__device__ __forceinline__ float psigmoid"
 WARPS = 8  # MOE_WARPS: output rows per block of the linear kernels
 FORMATS = {"mxfp4": 0, "fp8": 1, "bf16": 2}
-KERNELS = ("moe_qdq", "moe_gate", "moe_combine",
+KERNELS = ("moe_qdq", "moe_gate", "moe_combine", "moe_expand",
            *(f"moe_{s}_{f}" for s in ("up", "down") for f in FORMATS))
 
 
@@ -107,6 +107,15 @@ def combine_launch(funcs: dict, slots: int, shared: int, ids: int, out: int, row
     from .args import Launch
     return Launch(funcs["moe_combine"], (-(-d // 256), rows, 1), (256, 1, 1), u64(slots), u64(shared),
                   u64(ids), u64(out), C.c_int(rows), C.c_int(topk), C.c_int(d), pdl=True)
+
+
+def expand_launch(funcs: dict, tables: int, fmt: str, codes: int, scales: int, out: int, rows: int, k: int):
+    """Decode a packed stack of `rows` weight rows of width k (MXFP4 or FP8 blocks) once to bf16."""
+    from .args import Launch
+    blocks = max(1, min(4096, -(-rows * k // 256)))
+    return Launch(funcs["moe_expand"], (blocks, 1, 1), (256, 1, 1), u64(codes), u64(scales), u64(out),
+                  C.c_longlong(rows), C.c_int(k), C.c_int(FORMATS[fmt]), C.c_int(1 if fmt == "mxfp4" else 32),
+                  u64(tables))
 
 
 def expert_launches(funcs: dict, tables: int, fmt: str, *, xc: int, xs: int, ids: int, rw: int, rows: int, topk: int,

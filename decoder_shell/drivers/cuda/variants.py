@@ -14,6 +14,9 @@ from enum import Enum
 from ...contracts.numerics import LANES
 from ...errors import UsageError
 from ...geometry import MOE_OPS
+
+#: The MoE commands that run experts (w1/w3 -> act_qdq(h) -> w2): the ones a weight format applies to.
+EXPERT_OPS = ("moe_routed", "moe_shared")
 from . import args as A
 
 
@@ -82,11 +85,14 @@ _ALL = [
     Variant("segmented-2", "all-reduce run as 2 narrower collectives (changes bits unless the contract is segmented "
             "so)", Target.ALLREDUCE, segments=2),
     Variant("segmented-4", "all-reduce run as 4 narrower collectives", Target.ALLREDUCE, segments=4),
+    Variant("moe-expanded", "MoE expert commands on bf16 weights decoded once on the device from the corpus's packed "
+            "codes and scales (untimed): expanded vs packed experts on one corpus (select: experts)", Target.MOE,
+            ops=EXPERT_OPS, expanded=True),
 ]
 VARIANTS: dict[str, Variant] = {v.name: v for v in _ALL}
 BASELINE = VARIANTS["baseline"]
 #: The variants an all-reduce command accepts (derived from the targets above, never listed by hand).
-ALLREDUCE_VARIANTS = tuple(n for n, v in VARIANTS.items() if v.target is not Target.MHC)
+ALLREDUCE_VARIANTS = tuple(n for n, v in VARIANTS.items() if v.target in (Target.ANY, Target.ALLREDUCE))
 MAX_PIECES = max(v.segments for v in _ALL)  # all-reduce launches per collective: one arrival slot set each
 
 
@@ -122,6 +128,8 @@ def resolve(cycle, variants: dict | None, *, rank: int | None, sm: int) -> dict:
             raise UsageError(f"{v!r} is an mHC implementation; command {idx} is {op}")
         if var.target is Target.MOE and op not in var.ops:
             raise UsageError(f"{v!r} applies to {', '.join(var.ops)}; command {idx} is {op}")
+        if var.expanded and cycle.geometry.moe.weights != "packed":
+            raise UsageError(f"{v!r} decodes packed experts; this corpus already holds them expanded")
         if var.rows:
             rows = cycle.geometry.phase(cmds[idx].boundary.phase).rows
             if rows != var.rows:
