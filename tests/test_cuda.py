@@ -106,3 +106,27 @@ def test_a_session_whose_kernel_does_not_compile_gives_back_its_device_memory():
             CudaSession(drv, cyc, {mhc.index: cand})
         assert err.value.exit_code == 4 and "undefined_name" in str(err.value)
     assert drv.cu.cuMemGetInfo()[0] == free_before
+
+
+@pytest.mark.gpu
+def test_moe_corpora_replay_exact_on_gpu(tmp_path):
+    """The MoE draft commands as graph nodes: tiny-moe corpora (DSpark, TP2) with packed and expanded
+    weights replay bit-exact, graph and changed epochs, and the moe-expanded candidate on the packed one
+    is exact too (the gate's mismatch count)."""
+    _cuda()
+    import json
+    cli = [sys.executable, "-m", "decoder_shell.cli"]
+    for w in ("packed", "expanded"):
+        out = tmp_path / w
+        subprocess.run([*cli, "synth", "--preset", "tiny-moe", "--tp", "2", "--draft-rows", "5", "--draft-kind",
+                        "dspark", "--moe-weights", w, "--out", str(out), "-q"], check=True, timeout=600)
+        r = subprocess.run([*cli, "replay", str(out), "--driver", "cuda", "--placement", "emulated", "--epochs", "5",
+                            "--changed", "2", "--json"], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["exact"]
+    verdict = tmp_path / "gate.json"
+    subprocess.run([*cli, "gate", str(tmp_path / "packed"), "--driver", "cuda", "--placement", "emulated",
+                    "--candidate", "experts=moe-expanded", "--epochs", "5", "--changed", "2", "--reps", "1", "-q",
+                    "--out", str(verdict)], capture_output=True, text=True, timeout=600)
+    v = json.loads(verdict.read_text())
+    assert v["exactness"]["baseline"]["exact"] and v["exactness"]["candidate"]["exact"], v["exactness"]
