@@ -109,7 +109,7 @@ def weight(cu, fmt, a, e, m, n, k):
 
 
 def run_linear(cu, name, grid, a):
-    """moe_up_* / moe_down_* as moe.cu computes them: experts over grid x, 8 output rows per block."""
+    """moe_up_* / moe_down_* as moe.cu computes them: every slot of each expert, 8 output rows per block."""
     stage, fmt = name.split("_")[1:]
     assert grid[1:] == (a.N // M.WARPS, 1) and a.N % M.WARPS == 0 and a.K % 32 == 0
     slots = a.rows * a.topk if a.ids else a.rows
@@ -118,7 +118,8 @@ def run_linear(cu, name, grid, a):
     nact = slots if a.act_per_slot else a.rows
     xq = QAct(load(cu, a.xc, np.uint8, (nact, a.K)), load(cu, a.xs, np.uint8, (nact, a.K // 32)))
     rw = load(cu, a.rw, F32, (slots,)) if a.rw else None
-    for e in range(grid[0]):
+    assert grid[0] == (min(a.experts, slots) if a.ids else a.experts)  # routed: a column per distinct id
+    for e in range(a.experts):
         sl = np.nonzero(ids == e)[0]
         if not sl.size:
             continue

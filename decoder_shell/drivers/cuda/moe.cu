@@ -6,9 +6,11 @@
 // Each kernel waits for its predecessors (pdl_wait) before it reads what they wrote, then lets its
 // successor start (pdl_trigger): in the cycle graph they take programmatic edges like the mHC kernels.
 // Routing stays on the device: every kernel reads the expert ids itself; launch dimensions depend on
-// the geometry only (one block column per expert, idle when no row picked it); nothing allocates.
+// the geometry only (block column x of a routed linear serves the x-th smallest distinct expert id;
+// min(experts, slots) columns); nothing allocates.
 
 #define MOE_WARPS 8
+#define MOE_MAX_SLOTS 512  // routed slots (rows x top-k) of one launch
 #define FMT_MXFP4 0
 #define FMT_FP8 1
 #define FMT_BF16 2
@@ -144,6 +146,7 @@ struct MoeLin {
   int K, N;                  // input width, output rows of each matrix
   void* out;                 // SwiGLU: bf16 h [slots, N]; F32: fp32 [slots, N]
   const float* tables;       // TABLE_FLOATS: E4M3 byte -> fp32, then E2M1 nibble -> fp32 (ml_dtypes)
+  int experts;               // experts in the weight stack (valid ids are [0, experts))
 };
 
 template <int FMT>
@@ -215,14 +218,51 @@ __device__ __forceinline__ float row_dot(const MoeLin& a, int e, int m, int n, i
 template <int FMT, int EPI>
 __device__ __forceinline__ void moe_linear(const MoeLin& a) {
   __shared__ float tab[TABLE_FLOATS];
-  for (int i = threadIdx.x; i < TABLE_FLOATS; i += blockDim.x) tab[i] = a.tables[i];
-  __syncthreads();
+  __shared__ int picked;
+  __shared__ int sid[MOE_MAX_SLOTS];   // the launch's ids; -1 where a slot is not the first with its id
   pdl_wait();
   pdl_trigger();
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int e = blockIdx.x, n = blockIdx.y * MOE_WARPS + warp;
-  if (n >= a.N) return;
   int slots = a.ids ? a.rows * a.topk : a.rows;
+  int e = blockIdx.x;
+  if (a.ids) {
+    // Block column x serves the x-th smallest distinct expert id of the launch (grid x = min(experts,
+    // slots), from the shapes only): experts no row picked cost no block. Ids outside [0, experts)
+    // (a deleted gate's poison) are nobody's.
+    for (int sl = threadIdx.x; sl < slots; sl += blockDim.x) sid[sl] = __ldg(a.ids + sl);
+    if (threadIdx.x == 0) picked = -1;
+    __syncthreads();
+    int first[MOE_MAX_SLOTS / (MOE_WARPS * 32)];
+#pragma unroll
+    for (int c = 0; c < MOE_MAX_SLOTS / (MOE_WARPS * 32); c++) {
+      int sl = c * MOE_WARPS * 32 + threadIdx.x, id = sl < slots ? sid[sl] : -1;
+      bool f = id >= 0 && id < a.experts;
+      for (int j = 0; j < sl && f; j++) f = sid[j] != id;
+      first[c] = f ? id : -1;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < MOE_MAX_SLOTS / (MOE_WARPS * 32); c++) {
+      int sl = c * MOE_WARPS * 32 + threadIdx.x;
+      if (sl < slots) sid[sl] = first[c];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < MOE_MAX_SLOTS / (MOE_WARPS * 32); c++) {
+      int sl = c * MOE_WARPS * 32 + threadIdx.x;
+      if (sl >= slots || sid[sl] < 0) continue;
+      int below = 0;
+      for (int j = 0; j < slots; j++) below += sid[j] >= 0 && sid[j] < sid[sl];
+      if (below == (int)blockIdx.x) picked = sid[sl];
+    }
+    __syncthreads();
+    e = picked;
+    if (e < 0) return;  // fewer distinct experts than block columns
+  }
+  for (int i = threadIdx.x; i < TABLE_FLOATS; i += blockDim.x) tab[i] = a.tables[i];
+  __syncthreads();
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int n = blockIdx.y * MOE_WARPS + warp;
+  if (n >= a.N) return;
   for (int sl = 0; sl < slots; sl++) {
     if (a.ids && __ldg(a.ids + sl) != e) continue;
     int arow = a.act_per_slot ? sl : (a.ids ? sl / a.topk : sl);

@@ -23,6 +23,7 @@ from .nvrtc import EXACT_FLAGS, compile_cubin
 HERE = Path(__file__).parent
 PRELUDE_END = "__device__ __forceinline__ float psigmoid"
 WARPS = 8  # MOE_WARPS: output rows per block of the linear kernels
+MAX_SLOTS = 512  # MOE_MAX_SLOTS: routed slots (rows x top-k) of one linear launch
 FORMATS = {"mxfp4": 0, "fp8": 1, "bf16": 2}
 KERNELS = ("moe_qdq", "moe_gate", "moe_combine", "moe_expand",
            *(f"moe_{s}_{f}" for s in ("up", "down") for f in FORMATS))
@@ -64,7 +65,7 @@ class MoeLin(C.Structure):
                 ("act_per_slot", C.c_int), ("w", u64), ("s", u64),
                 ("w_estride", C.c_longlong), ("w_mstride", C.c_longlong), ("w_rstride", C.c_longlong),
                 ("s_estride", C.c_longlong), ("s_mstride", C.c_longlong),
-                ("K", C.c_int), ("N", C.c_int), ("out", u64), ("tables", u64)]
+                ("K", C.c_int), ("N", C.c_int), ("out", u64), ("tables", u64), ("experts", C.c_int)]
 
 
 def strides(fmt: str, experts: int, mats: int, n: int, k: int) -> dict:
@@ -97,10 +98,14 @@ def linear_launch(funcs: dict, tables: int, stage: str, fmt: str, *, xc: int, xs
     from .args import Launch
     if n % WARPS or k % 32:
         raise ValueError(f"linear shape {n} x {k} is off the grid ({WARPS} rows, 32 inputs)")
+    if ids and rows * topk > MAX_SLOTS:
+        raise ValueError(f"{rows} rows x top-{topk} is more than the {MAX_SLOTS} routed slots a launch takes")
     st = strides(fmt, experts, mats, n, k)
     args = MoeLin(xc=xc, xs=xs, ids=ids, rw=rw, rows=rows, topk=topk, act_per_slot=int(act_per_slot), w=w,
-                  s=s, K=k, N=n, out=out, tables=tables, **st)
-    return Launch(funcs[f"moe_{stage}_{fmt}"], (experts, n // WARPS, 1), (WARPS * 32, 1, 1), args, pdl=True)
+                  s=s, K=k, N=n, out=out, tables=tables, experts=experts, **st)
+    # routed: block column x serves the x-th smallest distinct expert id (at most one per slot)
+    columns = min(experts, rows * topk) if ids else experts
+    return Launch(funcs[f"moe_{stage}_{fmt}"], (columns, n // WARPS, 1), (WARPS * 32, 1, 1), args, pdl=True)
 
 
 def combine_launch(funcs: dict, slots: int, shared: int, ids: int, out: int, rows: int, topk: int, d: int):
