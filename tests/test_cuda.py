@@ -130,3 +130,20 @@ def test_moe_corpora_replay_exact_on_gpu(tmp_path):
                     "--out", str(verdict)], capture_output=True, text=True, timeout=600)
     v = json.loads(verdict.read_text())
     assert v["exactness"]["baseline"]["exact"] and v["exactness"]["candidate"]["exact"], v["exactness"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hidden", [4096, 1536])
+def test_fused_norm_cycle_bit_exact_on_gpu(hidden):
+    """vLLM's fused RMSNorm collapse: the rmsnorm node after each hc_pre gives the contract's bits."""
+    from decoder_shell.commands.program import build_cycle, reference
+    from decoder_shell.contracts.allreduce import RingContract
+    from decoder_shell.corpus.synth import injected_values
+    from decoder_shell.geometry import Geometry
+    from decoder_shell.replay.selfcheck import run_case
+    drv = _cuda()
+    g = Geometry(preset="t", hidden=hidden, layers=2, ranks=2, verify_rows=2, draft_rows=1, fused_norm=True)
+    cyc = build_cycle(g, RingContract())
+    values = injected_values(cyc, 17)
+    _, bad = run_case(drv, cyc, values, {}, reference(cyc, values))
+    assert sum(bad.values()) == 0, bad
