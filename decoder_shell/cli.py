@@ -12,6 +12,12 @@ from rich.console import Console
 from .errors import MismatchError, ShellError, UsageError
 
 DEFAULT_CORPUS = Path("corpus")
+EXIT_CODES = """exit codes:
+  0  success (gate: PASS)
+  1  a mismatching element, a FAIL verdict, or a capture that did not complete
+  2  bad usage or input: one line on stderr naming the file and the reason
+  3  a driver or device that is not available here
+  4  gate: UNTIMED (exact, but the driver's times do not measure speed)"""
 
 
 def add_geometry_args(p: argparse.ArgumentParser) -> None:
@@ -30,9 +36,15 @@ def geometry_from(args):
                   draft_kind=args.draft_kind, reduce_dtype=args.reduce_dtype)
 
 
-def open_corpus(path):
+def open_corpus(path, require_seal: bool = True):
     from .corpus.store import Corpus
-    return Corpus.open(Path(path))
+    return Corpus.open(Path(path), require_seal)
+
+
+def check_memory(corpus, what: str) -> None:
+    """Refuse (one line) a replay or verify that needs more memory than the host has available."""
+    from .corpus.budget import require_memory
+    require_memory(corpus, what)
 
 
 def emit_json(obj, out: Path | None = None) -> None:
@@ -47,7 +59,7 @@ def emit_json(obj, out: Path | None = None) -> None:
 def cmd_synth(args, console: Console) -> int:
     from .corpus.synth import synth
     g = geometry_from(args)
-    c = synth(g, Path(args.out), seed=args.seed)
+    c = synth(g, Path(args.out), seed=args.seed, replace=args.replace)
     n = c.info.counts
     console.print(f"wrote {args.out}: {n['manifests']} manifests, {n['blobs']} blobs, "
                   f"{n['referenced_bytes'] / 2**20:.1f} MiB referenced, {n['stored_bytes'] / 2**20:.1f} MiB stored")
@@ -56,21 +68,26 @@ def cmd_synth(args, console: Console) -> int:
 
 # --- verify ------------------------------------------------------------------------------------
 def cmd_verify(args, console: Console) -> int:
+    from contextlib import nullcontext
+
+    from .corpus.publish import locked
     from .corpus.verify import record_parity, verify
-    c = open_corpus(args.corpus)
-    inference = None
-    if args.infer:
-        from .corpus.infer import infer_corpus
-        inference = infer_corpus(c)
-        if args.record and inference.found:
-            c.info.collective = {"contract": inference.contract.to_json(), "how": "inferred",
-                                 "inference": inference.to_json()}
-            c.save()
-    rep = verify(c)
-    if inference is not None:
-        rep["inference"] = inference.to_json()
-    if args.record:
-        record_parity(c, rep)
+    with locked(Path(args.corpus)) if args.record else nullcontext():
+        c = open_corpus(args.corpus, require_seal=False)
+        check_memory(c, "verify")
+        inference = None
+        if args.infer:
+            from .corpus.infer import infer_corpus
+            inference = infer_corpus(c)
+            if args.record and inference.found:
+                c.info.collective = {"contract": inference.contract.to_json(), "how": "inferred",
+                                     "inference": inference.to_json()}
+        rep = verify(c)
+        rep["sealed"] = c.sealed
+        if inference is not None:
+            rep["inference"] = inference.to_json()
+        if args.record:
+            record_parity(c, rep)
     if args.json:
         emit_json(rep)
     else:
@@ -78,6 +95,9 @@ def cmd_verify(args, console: Console) -> int:
         render_verify(rep, console)
         if inference is not None:
             console.print(f"inferred collective contract: {inference.describe()}")
+        if not c.sealed:
+            console.print(f"corpus.json carries no digest (an older shell wrote it): replay refuses it until "
+                          f"`shell verify {args.corpus} --record` seals it")
     return 0 if rep["ok"] and (inference is None or inference.found) else 1
 
 
@@ -107,6 +127,7 @@ def cmd_replay(args, console: Console) -> int:
     if args.epochs < 1 or args.changed < 0 or args.settle < 0:
         raise UsageError("--epochs must be >= 1, --changed and --settle >= 0")
     corpus = open_corpus(args.corpus)
+    check_memory(corpus, "replay")
     driver = get_driver(args.driver, placement=args.placement)
     result = replay(corpus, driver, epochs=args.epochs, changed=args.changed, settle=args.settle, seed=args.seed)
     if args.json:
@@ -121,13 +142,16 @@ def cmd_replay(args, console: Console) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="shell", description="Capture and replay one TP speculative decode cycle, bit-exact.")
+    p = argparse.ArgumentParser(prog="shell", description="Capture and replay one TP speculative decode cycle, bit-exact.",
+                                epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("synth", help="build a linked synthetic corpus whose outputs come from the contracts")
     add_geometry_args(s)
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--out", required=True, help="corpus folder to create")
+    s.add_argument("--out", required=True, help="corpus folder to create (new or empty)")
+    s.add_argument("--replace", action="store_true",
+                   help="replace the corpus in --out: the new one is swapped in atomically once complete")
     s.set_defaults(func=cmd_synth)
 
     s = sub.add_parser("verify", help="check integrity, links, cross-rank exactness and contract parity")
@@ -191,6 +215,22 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("shell: interrupted", file=sys.stderr)
         return 130
+    except (OSError, ValueError, MemoryError, RecursionError) as e:
+        print(f"shell {args.command}: {boundary_message(e)}", file=sys.stderr)
+        return 2
+
+
+def boundary_message(e: BaseException) -> str:
+    """One line for an error no subsystem turned into a ShellError: the path (when known) and the reason."""
+    if isinstance(e, OSError):
+        where = " -> ".join(str(f) for f in (e.filename, e.filename2) if f is not None)
+        reason = e.strerror or str(e)
+        return f"{where}: {reason}" if where else reason
+    if isinstance(e, MemoryError):
+        return "out of memory (the input asks for more memory than this host can give)"
+    if isinstance(e, RecursionError):
+        return "input is nested too deeply"
+    return " ".join(str(e).split())[:300] or type(e).__name__
 
 
 if __name__ == "__main__":

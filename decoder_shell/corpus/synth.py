@@ -1,4 +1,6 @@
-"""Synthetic corpora: deterministic inputs and params, outputs from the contracts (a linked cycle)."""
+"""Synthetic corpora: deterministic inputs and params, outputs from the contracts (a linked cycle).
+
+Written into a staging folder under the target's lock and published whole (publish.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from ..commands.program import Buffer, Cycle, build_cycle, reference
 from ..contracts.allreduce import RingContract
 from ..contracts.numerics import F32
 from ..geometry import Geometry
+from .publish import staged
 from .store import Corpus
 
 
@@ -58,15 +61,17 @@ def _seq(seed) -> list[int]:
 
 
 def synth(g: Geometry, out: Path, seed: int = 0, contract: RingContract = RingContract(),
-          progress=None) -> Corpus:
+          progress=None, replace: bool = False) -> Corpus:
+    """Write the synthetic corpus of `g` to `out` (an empty or new folder, or any with `replace`)."""
     cyc = build_cycle(g, contract)
-    values = reference(cyc, injected_values(cyc, seed))
-    corpus = Corpus.create(out, g, {"kind": "synth", "seed": seed}, contract, how="synth")
-    for cmd in cyc.commands:
-        for r in range(g.ranks):
-            corpus.write(cmd.boundary, r, {n: values[r][b] for n, b in cyc.tensor_buffers(cmd).items()})
-        if progress:
-            progress(cmd)
-    corpus.info.parity = {"how": "synth", "ops": {}}
-    corpus.finalize()
-    return corpus
+    with staged(out, replace) as folder:
+        values = reference(cyc, injected_values(cyc, seed))
+        corpus = Corpus.create(folder, g, {"kind": "synth", "seed": seed}, contract, how="synth")
+        for cmd in cyc.commands:
+            for r in range(g.ranks):
+                corpus.write(cmd.boundary, r, {n: values[r][b] for n, b in cyc.tensor_buffers(cmd).items()})
+            if progress:
+                progress(cmd)
+        corpus.info.parity = {"how": "synth", "ops": {}}
+        corpus.finalize()
+    return Corpus.open(out)

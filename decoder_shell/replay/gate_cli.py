@@ -64,6 +64,8 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
     if not args.candidate and not args.delete:
         raise UsageError("nothing to gate: give --candidate OP=IMPL or --delete OP (see --list-candidates)")
     corpus = Corpus.open(Path(args.corpus))
+    from ..corpus.budget import require_memory
+    require_memory(corpus, "gate")
     cycle, bound = prepare(corpus)
     plan = make_plan(cycle, args.candidate, args.delete, args.delete_mode)
     driver = get_driver(args.driver, placement=args.placement)
