@@ -38,18 +38,42 @@ def needed_bytes(g) -> int:
 
 
 def available_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo (Linux), else free physical pages; None when unknown."""
+    """MemAvailable from /proc/meminfo (Linux), else free physical pages, capped by this process's
+    address-space limit (ulimit -v) when one is set; None when unknown."""
+    have = None
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
+                    have = int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    if have is None:
+        try:
+            have = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            pass
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft != resource.RLIM_INFINITY:
+            room = soft - _vm_size()
+            have = room if have is None else min(have, room)
+    except (ImportError, OSError, ValueError):
+        pass
+    return have
+
+
+def _vm_size() -> int:
+    """Address space this process already uses (VmSize), 0 where unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    return 0
 
 
 def require_memory(corpus, what: str) -> None:
