@@ -34,7 +34,7 @@ CASES = int(os.environ.get("FUZZ_CASES", 1000))
 LIMIT_S = 20.0
 LIMIT_AS = 3 << 30
 WATCHDOG_S = LIMIT_S + 30
-GEOMETRY = Geometry("fuzz", hidden=16, layers=1, ranks=2, verify_rows=1, draft_rows=1)
+GEOMETRY = Geometry("fuzz", hidden=16, layers=1, ranks=2, verify_rows=1, draft_rows=0)
 
 
 class Worker:
@@ -75,10 +75,10 @@ def world(tmp_path_factory):
     files = sorted(str(p.relative_to(original)) for p in original.rglob("*") if p.is_file())
     dirs = sorted(str(p.relative_to(original)) for p in original.rglob("*") if p.is_dir())
     w = Worker()
-    state = {"n": 0, "codes": {}}
+    state = {"n": 0, "codes": {}, "shell_s": 0.0}
     yield {"base": base, "original": original, "files": files, "dirs": dirs, "worker": w, "state": state}
     w.close()
-    print(f"fuzz: {state['n']} cases, exit codes {state['codes']}")
+    print(f"fuzz: {state['n']} cases, exit codes {state['codes']}, {state['shell_s']:.0f} s in the shell")
     assert state["n"] >= CASES, state  # the suite really ran its cases
     assert state["codes"].get(0) and state["codes"].get(2), state  # both accepted and refused corpora
 
@@ -187,12 +187,33 @@ def replace_kind(data, path: Path, outside: Path):
         path.write_bytes(b"")
 
 
-def stray(data, root: Path):
+def stray(data, root: Path) -> list[str]:
+    """Add a file nobody wrote; returns what to remove afterwards (the file, then new folders)."""
     where = data.draw(st.sampled_from(["blobs/zz/" + "a" * 64 + ".zst", "manifests/verify/r0/9999-allreduce.json",
                                        "manifests/extra.json", "notes.txt", "blobs/" + "0" * 70]), label="stray")
     p = root / where
+    new = [str(d.relative_to(root)) for d in p.parents if d != root and str(d).startswith(str(root)) and not d.exists()]
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_bytes(data.draw(st.binary(max_size=32), label="stray bytes"))
+    return [where, *new]
+
+
+def restore(work: Path, original: Path, rel: str) -> None:
+    """Put `rel` back as it was written (or remove it when it was not there): no copy of the whole corpus."""
+    p, src = work / rel, original / rel
+    if os.path.lexists(p):
+        if p.is_dir() and not p.is_symlink():
+            for d, subdirs, _ in os.walk(p):
+                for sd in subdirs:
+                    os.chmod(os.path.join(d, sd), 0o755)
+            os.chmod(p, 0o755)
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+    if src.is_dir():
+        shutil.copytree(src, p, symlinks=True)
+    elif src.exists():
+        shutil.copy2(src, p)
 
 
 # --- the oracle -------------------------------------------------------------------------------------
@@ -228,41 +249,47 @@ def intact(work: Path, original: Path, files: list[str]) -> bool:
 def test_no_mutation_crashes_hangs_or_is_accepted_corrupt(world, data):
     st_ = world["state"]
     st_["n"] += 1
-    work = world["base"] / f"w{st_['n']}"
+    work, original = world["base"] / "work", world["original"]
+    if not work.exists():
+        shutil.copytree(original, work, symlinks=True)
     outside = world["base"] / f"o{st_['n']}"
     outside.mkdir()
-    shutil.copytree(world["original"], work, symlinks=True)
+    touched, new = [], []
     try:
         kind = data.draw(st.sampled_from(["json", "json", "bytes", "bytes", "kind", "dir-kind", "perm", "stray"]),
                          label="mutation")
         resealed = False
         if kind == "json":
             rel = data.draw(st.sampled_from([f for f in world["files"] if f.endswith(".json")]), label="file")
+            touched = [rel, "corpus.json"]
             mutate_json(data, work / rel)
             resealed = data.draw(st.booleans(), label="reseal")
         elif kind == "bytes":
             rel = data.draw(st.sampled_from(world["files"]), label="file")
+            touched = [rel]
             mutate_bytes(data, work / rel)
-        elif kind == "kind":
-            replace_kind(data, work / data.draw(st.sampled_from(world["files"]), label="file"), outside)
-        elif kind == "dir-kind":
-            replace_kind(data, work / data.draw(st.sampled_from(world["dirs"]), label="folder"), outside)
+        elif kind in ("kind", "dir-kind"):
+            rel = data.draw(st.sampled_from(world["files"] if kind == "kind" else world["dirs"]), label="path")
+            touched = [rel]
+            replace_kind(data, work / rel, outside)
         elif kind == "perm":
             rel = data.draw(st.sampled_from(world["files"] + world["dirs"]), label="path")
+            touched = [rel]
             os.chmod(work / rel, data.draw(st.sampled_from([0o000, 0o200, 0o444, 0o111]), label="mode"))
         else:
-            stray(data, work)
+            new = stray(data, work)
         if resealed:
             try:
                 reseal(work)
             except Exception:  # noqa: BLE001 - a document too broken to re-seal stays as it is
                 resealed = False
-        whole = intact(work, world["original"], world["files"])
+        whole = intact(work, original, world["files"])
         argv = data.draw(st.sampled_from([["verify", str(work)], ["verify", str(work), "--json"],
                                           ["replay", str(work), "--epochs", "1", "--settle", "0", "--driver", "cpu"]]),
                          label="command")
         r = world["worker"].run(argv)
         st_["codes"][r["code"]] = st_["codes"].get(r["code"], 0) + 1
+        st_["shell_s"] += r["s"]
         lines = [ln for ln in r["stderr"].splitlines() if ln.strip()]
         assert not r["crash"], r["crash"]
         assert r["code"] in (0, 1, 2), r
@@ -275,11 +302,12 @@ def test_no_mutation_crashes_hangs_or_is_accepted_corrupt(world, data):
         elif not resealed:
             assert r["code"] == 2, ("a changed corpus was not refused as bad input", r)
     finally:
-        for p in (work, outside):
-            for d, subdirs, _ in os.walk(p):
-                for s in subdirs:
-                    sp = os.path.join(d, s)
-                    if not os.path.islink(sp):
-                        os.chmod(sp, 0o755)
-            os.chmod(p, 0o755)
-            shutil.rmtree(p, ignore_errors=True)
+        for rel in new:
+            p = work / rel
+            p.rmdir() if p.is_dir() else p.unlink()
+        for rel in touched:
+            restore(work, original, rel)
+        shutil.rmtree(outside)
+        for lock in work.parent.glob(".work.*"):
+            lock.unlink()
+        assert intact(work, original, world["files"]), "the working copy was not restored"
