@@ -9,15 +9,18 @@ from pathlib import Path
 
 from rich.console import Console
 
+from .atomic import write_atomic
+from .corpus import DEFAULT_CORPUS
+from .drivers import PLACEMENTS
 from .errors import MismatchError, ShellError, UsageError
 
-DEFAULT_CORPUS = Path("corpus")
 EXIT_CODES = """exit codes:
   0  success (gate: PASS)
   1  a mismatching element, a FAIL verdict, or a capture that did not complete
   2  bad usage or input: one line on stderr naming the file and the reason
   3  a driver or device that is not available here
-  4  gate: UNTIMED (exact, but the driver's times do not measure speed)"""
+  4  a kernel failed to build, load or run on a driver that is present
+  5  gate: UNTIMED (exact, but the driver's times do not measure speed)"""
 
 
 def add_geometry_args(p: argparse.ArgumentParser) -> None:
@@ -50,7 +53,10 @@ def check_memory(corpus, what: str) -> None:
 def emit_json(obj, out: Path | None = None) -> None:
     text = json.dumps(obj, indent=1, sort_keys=True, default=str)
     if out:
-        Path(out).write_text(text + "\n")
+        try:
+            write_atomic(Path(out), (text + "\n").encode())
+        except OSError as e:
+            raise UsageError(f"cannot write {out}: {e.strerror or e}") from None
     else:
         print(text)
 
@@ -173,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--changed", type=int, default=0, help="changed epochs: new inputs, expected from the contracts")
     s.add_argument("--settle", type=int, default=3, help="untimed epochs before the timed ones")
     s.add_argument("--driver", default="auto", help="auto | cpu | cuda | level-zero")
-    s.add_argument("--placement", default="auto", choices=("auto", "emulated", "processes"),
+    s.add_argument("--placement", default="auto", choices=PLACEMENTS,
                    help="cuda: ranks emulated on one GPU, or one process per rank (auto: processes when "
                         "there is a GPU per rank)")
     s.add_argument("--seed", type=int, default=0, help="seed of the changed epochs' inputs")
@@ -189,16 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extensions():
     """Subcommands that live with their subsystem (gate, capture, serve-reference, report)."""
-    regs = []
-    for mod in ("decoder_shell.replay.gate_cli", "decoder_shell.capture.cli"):
-        try:
-            m = __import__(mod, fromlist=["register"])
-        except ModuleNotFoundError as e:
-            if not (e.name and mod.startswith(e.name)):
-                raise
-            continue
-        regs.append(m.register)
-    return regs
+    from .capture import cli as capture_cli
+    from .replay import gate_cli
+    return [gate_cli.register, capture_cli.register]
 
 
 def main(argv=None) -> int:

@@ -21,6 +21,13 @@ class DriverUnavailable(ShellError):
     exit_code = 3
 
 
+class BuildError(ShellError):
+    """A kernel failed to build, load or run on a driver that is present (exit 4): a broken kernel,
+    never read as an absent device."""
+
+    exit_code = 4
+
+
 class MismatchError(ShellError):
     """A replay or gate found inexact outputs (exit 1)."""
 

@@ -80,3 +80,28 @@ def test_plain_edges_and_programmatic_edges_give_the_same_bits():
         drv = get_driver("cuda", placement="emulated", pdl=pdl)
         _, bad = run_case(drv, cyc, values, {}, want)
         assert sum(bad.values()) == 0, (pdl, bad)
+
+
+@pytest.mark.gpu
+def test_a_session_whose_kernel_does_not_compile_gives_back_its_device_memory():
+    """A planted compile error in a user kernel, after the arenas and the driver's own module exist:
+    BuildError (exit 4), and the device's free memory is what it was before (nothing leaked)."""
+    from decoder_shell.commands.program import build_cycle
+    from decoder_shell.contracts.allreduce import RingContract
+    from decoder_shell.drivers.cuda.session import CudaSession
+    from decoder_shell.errors import BuildError
+    from decoder_shell.geometry import preset
+    from decoder_shell.replay.candidates import KernelCandidate
+    drv = get_driver("cuda", placement="emulated")
+    cyc = build_cycle(preset("dsv4-flash", tp=2, verify_rows=2, draft_rows=1), RingContract())
+    mhc = next(c for c in cyc.commands if c.op != "allreduce")
+    cand = KernelCandidate(name="planted", spec="planted.json", code_path="planted.cu", kind="source",
+                           language="cuda", entry="k", grid=(1, 1, 1), block=(32, 1, 1), shared_bytes=0, args=(),
+                           code=b'extern "C" __global__ void k() { undefined_name(); }\n')
+    CudaSession(drv, cyc, None).close()  # the driver's own module cached and the context warm
+    free_before = drv.cu.cuMemGetInfo()[0]
+    for _ in range(3):
+        with pytest.raises(BuildError) as err:
+            CudaSession(drv, cyc, {mhc.index: cand})
+        assert err.value.exit_code == 4 and "undefined_name" in str(err.value)
+    assert drv.cu.cuMemGetInfo()[0] == free_before

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from decoder_shell.errors import DriverUnavailable
 from decoder_shell.replay.verdict import decide, exit_code
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,15 +64,21 @@ def test_deletion_bounds_do_not_ask_for_exactness(exact_verdict):
 
 
 def test_exit_code_is_zero_only_for_pass_and_untimed_has_its_own(exact_verdict):
-    assert [exit_code({"verdict": x}) for x in ("PASS", "FAIL", "UNTIMED")] == [0, 1, 4]
+    assert [exit_code({"verdict": x}) for x in ("PASS", "FAIL", "UNTIMED")] == [0, 1, 5]
     assert exact_verdict["verdict"] == "UNTIMED"
 
 
 def test_a_timed_driver_passes_a_deletion_bound():
     # Any driver implementing the base interface runs the gate; level-zero's times measure its device.
+    from decoder_shell.drivers import get_driver
+    try:
+        get_driver("level-zero")
+    except DriverUnavailable as e:  # truly absent here (a kernel that fails to build is exit 4: a failure)
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"level-zero unavailable: {e}")
     p = shell("gate", CORPUS, "--driver", "level-zero", *FAST, "--delete", "mhc", "--threshold-ms", "0", "--json")
-    if p.returncode == 3:
-        pytest.skip(f"level-zero unavailable: {p.stderr.strip()}")
+    assert p.returncode in (0, 1), p.stderr
     v = json.loads(p.stdout)
     assert v["timing_meaningful"] is True
     assert v["saved_ms"]["median"] > 0 and v["saved_ms"]["conservative"] >= 0, v["timing"]

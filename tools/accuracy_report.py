@@ -25,8 +25,7 @@ import torch
 
 from decoder_shell.contracts import mhc as C
 from decoder_shell.contracts.numerics import BF16
-from decoder_shell.contracts.official import (EPS, HC, ITERS, official_head, official_post, official_pre, rel,
-                                              significant, ulp)
+from official import EPS, HC, ITERS, official_head, official_post, official_pre, rel, significant, ulp
 
 # --- transformers ------------------------------------------------------------------------------
 class Transformers:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..commands.ops import op_tensors
 from ..contracts.numerics import BF16, F32
-from ..corpus.manifest import dtype_of
+from ..contracts.numerics import dtype_of
 from ..geometry import Boundary, Geometry, Phase
 from .errors import CaptureError
 from .recorder import Event

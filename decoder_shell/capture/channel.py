@@ -16,7 +16,7 @@ import time
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
 
-from ..corpus.atomic import write_atomic
+from ..atomic import write_atomic
 from .control import LOOPBACK
 
 CHANNEL_FILE = "channel.json"

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..corpus.atomic import write_atomic
+from ..atomic import write_atomic
 from .control import ControlRoutes, start_control_server
 from .coordinator import Coordinator
 from .errors import UsageError

@@ -8,7 +8,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from ..corpus.atomic import write_atomic
+from ..atomic import write_atomic
 from .errors import UsageError
 
 

@@ -59,14 +59,17 @@ def links(b: Boundary, phase_boundaries: list[Boundary]) -> dict[str, tuple[int,
             "post": (prev_mhc, "next_post"), "comb": (prev_mhc, "next_comb")}
 
 
-def run_mhc(op: str, t: dict[str, np.ndarray], p: MhcParams, hc: int = 4) -> dict[str, np.ndarray]:
-    """Run one mHC op's contract on named tensors; returns its named outputs."""
+def run_mhc(op: str, t: dict[str, np.ndarray], p: MhcParams, hc: int = 4, exp=None) -> dict[str, np.ndarray]:
+    """Run one mHC op's contract on named tensors; returns its named outputs. `exp` replaces the
+    contract's portable exp (the cpu driver's deliberately inexact `numpy-exp` variant)."""
+    e = {"exp": exp} if exp is not None else {}
     if op == "mhc_pre":
-        return _next(mhc.mhc_pre(t["x"], t["fn"], t["base"], t["scale"], hc, p))
+        return _next(mhc.mhc_pre(t["x"], t["fn"], t["base"], t["scale"], hc, p, **e))
     if op == "mhc_post_pre":
-        return _next(mhc.mhc_post_pre(t["x"], t["residual"], t["post"], t["comb"], t["fn"], t["base"], t["scale"], p))
+        return _next(mhc.mhc_post_pre(t["x"], t["residual"], t["post"], t["comb"], t["fn"], t["base"], t["scale"], p,
+                                      **e))
     if op == "mhc_post_head":
-        return mhc.mhc_post_head(t["x"], t["residual"], t["post"], t["comb"], t["fn"], t["base"], t["scale"], p)
+        return mhc.mhc_post_head(t["x"], t["residual"], t["post"], t["comb"], t["fn"], t["base"], t["scale"], p, **e)
     raise ValueError(f"unknown mHC op {op!r}")
 
 

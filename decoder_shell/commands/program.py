@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..contracts.allreduce import RingContract
-from ..corpus.manifest import dtype_of
+from ..contracts.numerics import dtype_of
 from ..geometry import Boundary, Geometry
 from . import ops
 

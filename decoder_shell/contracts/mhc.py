@@ -49,10 +49,10 @@ def mhc_mixes(streams: np.ndarray, fn: np.ndarray, norm_eps: float) -> np.ndarra
     return dots * r[:, None]
 
 
-def sinkhorn(logits: np.ndarray, p: MhcParams) -> np.ndarray:
+def sinkhorn(logits: np.ndarray, p: MhcParams, exp=pexp) -> np.ndarray:
     """[M, HC, HC] logits -> doubly-stochastic-ish comb: softmax over k, then column/row scaling."""
     eps = _f(p.hc_eps)
-    e = pexp(logits - logits.max(axis=-1, keepdims=True))
+    e = exp(logits - logits.max(axis=-1, keepdims=True))
     comb = e / seq_sum(e, axis=-1)[..., None] + eps
     comb = comb / (seq_sum(comb, axis=-2)[..., None, :] + eps)
     for _ in range(p.sinkhorn_iters - 1):
@@ -61,14 +61,14 @@ def sinkhorn(logits: np.ndarray, p: MhcParams) -> np.ndarray:
     return comb
 
 
-def mhc_split(mixes: np.ndarray, base: np.ndarray, scale: np.ndarray, hc: int, p: MhcParams = DEFAULT):
+def mhc_split(mixes: np.ndarray, base: np.ndarray, scale: np.ndarray, hc: int, p: MhcParams = DEFAULT, exp=pexp):
     """mixes [M, (2+HC)*HC] -> (pre [M, HC], post [M, HC], comb [M, HC, HC]), all fp32."""
     base = np.asarray(base, dtype=F32)
     scale = np.asarray(scale, dtype=F32)
-    pre = psigmoid(mixes[:, :hc] * scale[0] + base[:hc]) + _f(p.hc_eps)
-    post = _f(2.0) * psigmoid(mixes[:, hc:2 * hc] * scale[1] + base[hc:2 * hc])
+    pre = psigmoid(mixes[:, :hc] * scale[0] + base[:hc], exp) + _f(p.hc_eps)
+    post = _f(2.0) * psigmoid(mixes[:, hc:2 * hc] * scale[1] + base[hc:2 * hc], exp)
     logits = (mixes[:, 2 * hc:] * scale[2] + base[2 * hc:]).reshape(-1, hc, hc)
-    return pre, post, sinkhorn(logits, p)
+    return pre, post, sinkhorn(logits, p, exp)
 
 
 def collapse(pre: np.ndarray, streams: np.ndarray) -> np.ndarray:
@@ -85,33 +85,33 @@ def mhc_post(x: np.ndarray, residual: np.ndarray, post: np.ndarray, comb: np.nda
     return to_bf16(post[:, :, None] * xf[:, None, :] + mix)
 
 
-def _pre(streams, fn, base, scale, p: MhcParams):
+def _pre(streams, fn, base, scale, p: MhcParams, exp=pexp):
     hc = streams.shape[1]
-    pre, post, comb = mhc_split(mhc_mixes(streams, fn, p.norm_eps), base, scale, hc, p)
+    pre, post, comb = mhc_split(mhc_mixes(streams, fn, p.norm_eps), base, scale, hc, p, exp)
     return {"y": collapse(pre, streams), "post": post, "comb": comb}
 
 
-def mhc_pre(x, fn, base, scale, hc: int = 4, p: MhcParams = DEFAULT) -> dict:
+def mhc_pre(x, fn, base, scale, hc: int = 4, p: MhcParams = DEFAULT, exp=pexp) -> dict:
     """First boundary: x [M, D] (the reduced embedding) copied into HC streams, then hc_pre."""
     streams = np.repeat(to_bf16(x)[:, None, :], hc, axis=1)
-    return {"streams": streams, **_pre(streams, fn, base, scale, p)}
+    return {"streams": streams, **_pre(streams, fn, base, scale, p, exp)}
 
 
-def mhc_post_pre(x, residual, post, comb, fn, base, scale, p: MhcParams = DEFAULT) -> dict:
+def mhc_post_pre(x, residual, post, comb, fn, base, scale, p: MhcParams = DEFAULT, exp=pexp) -> dict:
     """Boundary between sub-blocks: hc_post of the finished one, hc_pre of the next."""
     streams = mhc_post(x, residual, post, comb)
-    return {"streams": streams, **_pre(streams, fn, base, scale, p)}
+    return {"streams": streams, **_pre(streams, fn, base, scale, p, exp)}
 
 
-def mhc_head_collapse(streams, fn, base, scale, p: MhcParams = DEFAULT) -> np.ndarray:
+def mhc_head_collapse(streams, fn, base, scale, p: MhcParams = DEFAULT, exp=pexp) -> np.ndarray:
     """Head: pre = sigmoid(mixes*scale0 + base) + eps over HC mixes (no Sinkhorn), then collapse."""
     mixes = mhc_mixes(streams, fn, p.norm_eps)
     base = np.asarray(base, dtype=F32)
-    pre = psigmoid(mixes * np.asarray(scale, dtype=F32)[0] + base) + _f(p.hc_eps)
+    pre = psigmoid(mixes * np.asarray(scale, dtype=F32)[0] + base, exp) + _f(p.hc_eps)
     return collapse(pre, streams)
 
 
-def mhc_post_head(x, residual, post, comb, fn, base, scale, p: MhcParams = DEFAULT) -> dict:
+def mhc_post_head(x, residual, post, comb, fn, base, scale, p: MhcParams = DEFAULT, exp=pexp) -> dict:
     """Last boundary: hc_post of the last sub-block, then the head collapse."""
     streams = mhc_post(x, residual, post, comb)
-    return {"streams": streams, "y": mhc_head_collapse(streams, fn, base, scale, p)}
+    return {"streams": streams, "y": mhc_head_collapse(streams, fn, base, scale, p, exp)}

@@ -12,6 +12,12 @@ import numpy as np
 
 F32 = np.dtype(np.float32)
 BF16 = np.dtype(ml_dtypes.bfloat16)
+#: dtype names as manifests and geometries write them.
+DTYPES = {"bfloat16": BF16, "float32": F32}
+
+
+def dtype_of(name: str) -> np.dtype:
+    return DTYPES[name]
 
 #: Lanes of every long fp32 reduction: lane l sums elements l, l+LANES, l+2*LANES, ... in order,
 #: then lanes combine in an adjacent-pair tree ((l0+l1)+(l2+l3))+... (a warp shuffle-down tree).
@@ -50,10 +56,10 @@ def pexp(x: np.ndarray) -> np.ndarray:
     return p * scale
 
 
-def psigmoid(z: np.ndarray) -> np.ndarray:
-    """sigmoid(z) = 1 / (1 + pexp(-z)) in fp32."""
+def psigmoid(z: np.ndarray, exp=None) -> np.ndarray:
+    """sigmoid(z) = 1 / (1 + pexp(-z)) in fp32 (`exp` replaces pexp: the gate's inexact variants)."""
     z = np.asarray(z, dtype=F32)
-    return _f(1.0) / (_f(1.0) + pexp(-z))
+    return _f(1.0) / (_f(1.0) + (exp or pexp)(-z))
 
 
 def lane_sum(terms: np.ndarray, lanes: int = LANES) -> np.ndarray:

@@ -19,6 +19,8 @@ class Bound:
     captured: list[dict[int, np.ndarray]]  # per rank: output buffers, as captured
     digests: list[dict[int, str]]  # per rank: buffer -> digest (outputs and injected)
     broken_links: list[str] = field(default_factory=list)
+    referenced: set = field(default_factory=set)  # every blob digest a manifest names
+    checked: set = field(default_factory=set)  # every blob read back and digest-checked
 
 
 def bind(corpus: Corpus, cyc: Cycle, progress=None) -> Bound:
@@ -35,8 +37,10 @@ def bind(corpus: Corpus, cyc: Cycle, progress=None) -> Bound:
             for t in m.tensors:
                 bid = cmd.inputs.get(t.name, cmd.outputs.get(t.name))
                 buf = cyc.buffers[bid]
+                b.referenced.add(t.digest)
                 if t.digest not in cache:
                     cache[t.digest] = corpus.load(t)
+                    b.checked.add(t.digest)
                 value = cache[t.digest]
                 if t.name in cmd.outputs:
                     b.captured[r][bid] = value

@@ -22,7 +22,7 @@ import blake3
 import zstandard
 
 from ..errors import CorpusError
-from .atomic import write_atomic
+from ..atomic import write_atomic
 from .files import inside, read_regular
 
 DIGEST_RE = re.compile(r"^[0-9a-f]{64}$")

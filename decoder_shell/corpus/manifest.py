@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ..commands.ops import TensorSpec, op_tensors
-from ..contracts.numerics import BF16, F32
+from ..contracts.numerics import DTYPES, dtype_of  # noqa: F401  (manifests name dtypes this way)
 from ..errors import CorpusError
 from ..geometry import Boundary, Geometry
 from .files import parse_json, read_regular
@@ -17,11 +17,6 @@ from .schema import MANIFEST, check
 
 SCHEMA = 1
 MAX_MANIFEST_BYTES = 1 << 20
-DTYPES = {"bfloat16": BF16, "float32": F32}
-
-
-def dtype_of(name: str) -> np.dtype:
-    return DTYPES[name]
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from ..contracts.allreduce import RingContract
 from ..errors import CorpusError, UsageError
 from ..geometry import Boundary, Geometry
 from . import manifest as mf
-from .atomic import write_atomic
+from ..atomic import write_atomic
 from .blobs import BlobStore
 from .files import parse_json, read_regular
 from .schema import CORPUS, check

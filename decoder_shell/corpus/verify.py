@@ -6,7 +6,7 @@ from collections import defaultdict
 
 from ..commands.ops import run_allreduce, run_mhc
 from ..commands.program import build_cycle
-from ..replay.compare import max_ulp, mismatches
+from ..contracts.bits import max_ulp, mismatches
 from .bind import bind
 from .store import Corpus
 
@@ -63,7 +63,9 @@ def verify(corpus: Corpus, progress=None) -> dict:
         "corpus": str(corpus.root),
         "geometry": g.to_json(),
         "phases": phases,
-        "integrity": "ok",
+        "integrity": "ok" if bound.checked == bound.referenced else
+                     f"{len(bound.referenced - bound.checked)} blob(s) not checked",
+        "blobs_checked": len(bound.checked),
         "linked": ok_links,
         "broken_links": bound.broken_links[:20],
         "cross_rank_exact": not cross_rank,
@@ -71,7 +73,7 @@ def verify(corpus: Corpus, progress=None) -> dict:
         "contract": cyc.contract.describe(),
         "parity": parity,
         "parity_exact": exact,
-        "ok": ok_links and not cross_rank,
+        "ok": ok_links and not cross_rank and bound.checked == bound.referenced,
     }
 
 

@@ -6,8 +6,11 @@ from ..errors import DriverUnavailable, UsageError
 from .base import Driver, Session
 
 NAMES = ("auto", "cpu", "cuda", "level-zero")
-#: Options only the cuda driver takes: where ranks run ("auto", "emulated", "processes") and PDL edges.
+#: Options only the cuda driver takes: where ranks run (PLACEMENTS) and PDL edges.
 CUDA_OPTIONS = ("placement", "pdl")
+#: Where the cuda driver runs ranks: one process per rank when there is a GPU per rank (auto), all on one
+#: device (emulated), or one process per rank regardless (processes).
+PLACEMENTS = ("auto", "emulated", "processes")
 
 
 def get_driver(name: str = "auto", **options) -> Driver:

@@ -15,8 +15,6 @@ import numpy as np
 
 from ..commands import ops
 from ..commands.program import Command, Cycle, run_command
-from ..contracts import mhc
-from ..contracts.numerics import F32, seq_sum, to_bf16
 from ..errors import UsageError
 from .base import Driver, Session, poison_like
 
@@ -96,7 +94,8 @@ class CpuSession(Session):
             return [{"out": out} for _ in self.bufs]
         if variant == "numpy-exp":
             g = self.cycle.geometry
-            return [_mhc_numpy_exp(cmd.op, {k: v[i] for k, i in cmd.inputs.items()}, g.mhc, g.hc) for v in self.bufs]
+            return [ops.run_mhc(cmd.op, {k: v[i] for k, i in cmd.inputs.items()}, g.mhc, g.hc, exp=np.exp)
+                    for v in self.bufs]
         return run_command(self.cycle, cmd, self.bufs)
 
     def _expected_outputs(self, rank: int, cmd: Command) -> dict[str, np.ndarray]:
@@ -118,44 +117,6 @@ def _check_variant(cycle: Cycle, idx, variant) -> None:
     if cmd.op not in CPU_VARIANTS[variant][0]:
         raise UsageError(f"cpu variant {variant!r} applies to {', '.join(CPU_VARIANTS[variant][0])}, "
                          f"not {cmd.op} ({cmd.boundary.name})")
-
-
-# --- numpy-exp: the mHC contract with np.exp in place of the portable exp (deliberately inexact) ------
-def _np_sigmoid(z):
-    return np.float32(1.0) / (np.float32(1.0) + np.exp(-np.asarray(z, dtype=F32)))
-
-
-def _np_split(mixes, base, scale, hc: int, p: mhc.MhcParams):
-    eps = np.float32(p.hc_eps)
-    base, scale = np.asarray(base, dtype=F32), np.asarray(scale, dtype=F32)
-    pre = _np_sigmoid(mixes[:, :hc] * scale[0] + base[:hc]) + eps
-    post = np.float32(2.0) * _np_sigmoid(mixes[:, hc:2 * hc] * scale[1] + base[hc:2 * hc])
-    logits = (mixes[:, 2 * hc:] * scale[2] + base[2 * hc:]).reshape(-1, hc, hc)
-    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    comb = e / seq_sum(e, axis=-1)[..., None] + eps
-    comb = comb / (seq_sum(comb, axis=-2)[..., None, :] + eps)
-    for _ in range(p.sinkhorn_iters - 1):
-        comb = comb / (seq_sum(comb, axis=-1)[..., None] + eps)
-        comb = comb / (seq_sum(comb, axis=-2)[..., None, :] + eps)
-    return pre, post, comb
-
-
-def _np_pre(streams, t, p):
-    pre, post, comb = _np_split(mhc.mhc_mixes(streams, t["fn"], p.norm_eps), t["base"], t["scale"], streams.shape[1], p)
-    return {"streams": streams, "y": mhc.collapse(pre, streams), "next_post": post, "next_comb": comb}
-
-
-def _mhc_numpy_exp(op: str, t: dict, p: mhc.MhcParams, hc: int) -> dict:
-    """One mHC op as the contract defines it, except that every exp is np.exp."""
-    if op == "mhc_pre":
-        return _np_pre(np.repeat(to_bf16(t["x"])[:, None, :], hc, axis=1), t, p)
-    streams = mhc.mhc_post(t["x"], t["residual"], t["post"], t["comb"])
-    if op == "mhc_post_pre":
-        return _np_pre(streams, t, p)
-    mixes = mhc.mhc_mixes(streams, t["fn"], p.norm_eps)
-    base, scale = np.asarray(t["base"], dtype=F32), np.asarray(t["scale"], dtype=F32)
-    pre = _np_sigmoid(mixes * scale[0] + base) + np.float32(p.hc_eps)
-    return {"streams": streams, "y": mhc.collapse(pre, streams)}
 
 
 class CpuDriver(Driver):

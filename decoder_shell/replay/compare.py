@@ -1,37 +1,38 @@
-"""Bit-for-bit comparison: counts elements whose bits differ (a NaN equals only the same NaN bits)."""
+"""Bit-for-bit comparison of a replay's outputs (the element rules live in contracts/bits.py)."""
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import dataclass
 
-_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-def bits(a: np.ndarray) -> np.ndarray:
-    a = np.ascontiguousarray(a)
-    return a.view(_UINT[a.dtype.itemsize])
+from ..contracts.bits import bits, max_ulp, mismatches, ordered, ulp  # noqa: F401  (the one definition)
 
 
-def mismatches(got: np.ndarray, want: np.ndarray) -> int:
-    """Number of elements whose bit patterns differ."""
-    return int(np.count_nonzero(bits(got) != bits(want)))
+@dataclass
+class Comparison:
+    """Every output of every rank against its expected value."""
+
+    per_rank: list[int]  # mismatching elements per rank
+    by_op_rank: dict[str, list[int]]  # op -> mismatching elements per rank (ops with any)
+    elements: int  # elements compared
+    first: str | None  # the first mismatching output, named
+
+    @property
+    def by_op(self) -> dict[str, int]:
+        return {op: sum(v) for op, v in self.by_op_rank.items()}
 
 
-def ordered(a: np.ndarray) -> np.ndarray:
-    """Map float bit patterns to integers whose order and distance are the floats' (ulp distance)."""
-    b = bits(a).astype(np.int64)
-    width = a.dtype.itemsize * 8
-    sign = np.int64(1) << (width - 1)
-    return np.where(b & sign, -(b & (sign - 1)), b)
-
-
-def max_ulp(got: np.ndarray, want: np.ndarray) -> float:
-    """Largest distance in units in the last place; inf where a NaN is involved and bits differ."""
-    if got.size == 0:
-        return 0.0
-    diff = bits(got) != bits(want)
-    if not diff.any():
-        return 0.0
-    if np.isnan(got.astype(np.float32)[diff]).any() or np.isnan(want.astype(np.float32)[diff]).any():
-        return float("inf")
-    return float(np.abs(ordered(got) - ordered(want)).max())
+def compare_outputs(session, cycle, expected, skip=frozenset()) -> Comparison:
+    """Read each rank's outputs (one round trip per rank) and count the elements whose bits differ."""
+    per_rank = [0] * cycle.ranks
+    by_op: dict[str, list[int]] = {}
+    first, elements = None, 0
+    outputs = [b for b in cycle.outputs() if b.id not in skip]
+    for r in range(cycle.ranks):
+        for b, got in zip(outputs, session.read_many(r, [b.id for b in outputs])):
+            elements += got.size
+            n = mismatches(got, expected[r][b.id])
+            if n:
+                per_rank[r] += n
+                by_op.setdefault(b.boundary.op, [0] * cycle.ranks)[r] += n
+                first = first or f"rank {r} {b.name} ({n} element{'s' if n > 1 else ''})"
+    return Comparison(per_rank, by_op, elements, first)

@@ -11,7 +11,7 @@ from ..corpus.bind import bind, require_linked
 from ..corpus.store import Corpus
 from ..corpus.synth import changed_inputs
 from ..drivers.base import Driver, Session
-from .compare import mismatches
+from .compare import compare_outputs
 
 
 @dataclass
@@ -83,20 +83,10 @@ class Checker:
 
     def __init__(self, cycle: Cycle):
         self.cycle = cycle
-        self.outputs = cycle.outputs()
 
     def check(self, session: Session, expected: list[dict[int, np.ndarray]], skip=frozenset()):
-        per_rank, by_op = [], {}
-        for r in range(self.cycle.ranks):
-            n_rank = 0
-            outs = [b for b in self.outputs if b.id not in skip]
-            for b, got in zip(outs, session.read_many(r, [b.id for b in outs])):
-                n = mismatches(got, expected[r][b.id])
-                if n:
-                    n_rank += n
-                    by_op[b.boundary.op] = by_op.get(b.boundary.op, 0) + n
-            per_rank.append(n_rank)
-        return per_rank, by_op
+        c = compare_outputs(session, self.cycle, expected, skip)
+        return c.per_rank, c.by_op
 
 
 def load_inputs(session: Session, values: list[dict[int, np.ndarray]]) -> None:

@@ -19,7 +19,7 @@ from ..corpus.synth import changed_inputs
 from ..drivers.base import Driver, Session
 from ..errors import UsageError
 from .candidates import Plan
-from .compare import mismatches
+from .compare import compare_outputs
 from .engine import EpochResult, expected_outputs, load_inputs, prepare
 from .verdict import build_verdict
 
@@ -74,18 +74,8 @@ class SideRun:
 
 def check(cycle: Cycle, session: Session, expected: list[dict[int, np.ndarray]]):
     """Compare every output of every rank: (per rank, op -> per rank, first mismatch or None)."""
-    per_rank = [0] * cycle.ranks
-    by_op: dict[str, list[int]] = {}
-    first = None
-    outputs = cycle.outputs()
-    for r in range(cycle.ranks):
-        for b, got in zip(outputs, session.read_many(r, [b.id for b in outputs])):
-            n = mismatches(got, expected[r][b.id])
-            if n:
-                per_rank[r] += n
-                by_op.setdefault(b.boundary.op, [0] * cycle.ranks)[r] += n
-                first = first or f"rank {r} {b.name} ({n} element{'s' if n > 1 else ''})"
-    return per_rank, by_op, first
+    c = compare_outputs(session, cycle, expected)
+    return c.per_rank, c.by_op_rank, c.first
 
 
 def hand_expected(session: Session, cycle: Cycle, plan: Plan, expected) -> None:

@@ -10,9 +10,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..corpus import DEFAULT_CORPUS
+from ..drivers import PLACEMENTS
 from ..errors import UsageError
-
-DEFAULT_CORPUS = Path("corpus")
 
 
 def register(sub) -> None:
@@ -33,7 +33,7 @@ def register(sub) -> None:
     s.add_argument("--settle", type=int, default=3, help="untimed epochs per side before the timed ones (default 3)")
     s.add_argument("--seed", type=int, default=0, help="seed of the changed epochs' inputs")
     s.add_argument("--driver", default="auto", help="auto | cpu | cuda | level-zero")
-    s.add_argument("--placement", default="auto", choices=("auto", "emulated", "processes"),
+    s.add_argument("--placement", default="auto", choices=PLACEMENTS,
                    help="cuda: ranks emulated on one GPU, or one process per rank")
     s.add_argument("--json", action="store_true", help="print the verdict as JSON instead of the tables")
     s.add_argument("--out", type=Path, help="write the JSON verdict here")

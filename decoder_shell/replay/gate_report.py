@@ -7,14 +7,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .report import plot_epochs
+from .report import fmt_ms, plot_epochs
 from .verdict import epochs_from_json
 
 _STYLE = {"PASS": "bold green", "FAIL": "bold red", "UNTIMED": "bold yellow"}
-
-
-def _ms(v) -> str:
-    return "-" if v is None else f"{v:.3f}"
 
 
 def describe_changes(v: dict) -> list[str]:
@@ -46,8 +42,8 @@ def render_gate(v: dict, console: Console) -> None:
     _exactness(v, console, ranks)
     _timing(v, console, ranks)
     sv = v["saved_ms"]
-    console.print(f"saved ms/cycle at the slowest rank: median {_ms(sv['median'])}, conservative "
-                  f"{_ms(sv['conservative'])} (candidate's slowest repetition vs baseline's fastest); "
+    console.print(f"saved ms/cycle at the slowest rank: median {fmt_ms(sv['median'])}, conservative "
+                  f"{fmt_ms(sv['conservative'])} (candidate's slowest repetition vs baseline's fastest); "
                   f"threshold {s['threshold_ms']:.3f}"
                   + ("" if v["timing_meaningful"] else f" - {v.get('timing_note') or 'host times'}, not meaningful"))
     console.print(f"exactness: {v['exactness_verdict']}; time: {v['time_verdict']}")
@@ -107,7 +103,7 @@ def _timing(v: dict, console: Console, ranks: int) -> None:
     for side in ("baseline", "candidate"):
         tm = v["timing"][side]
         c = tm["cycle_ms"]
-        t.add_row(side, _ms(c["median"]), _ms(c["p10"]), _ms(c["p90"]), " ".join(_ms(x) for x in tm["reps_ms"]))
+        t.add_row(side, fmt_ms(c["median"]), fmt_ms(c["p10"]), fmt_ms(c["p90"]), " ".join(fmt_ms(x) for x in tm["reps_ms"]))
     console.print(t)
     rt = Table(title=f"median time per rank, ms{note}")
     for c in ("rank", "baseline", "candidate", "saved"):
@@ -115,7 +111,7 @@ def _timing(v: dict, console: Console, ranks: int) -> None:
     for r in range(ranks):
         b = v["timing"]["baseline"]["per_rank_ms"][r]["median"]
         c = v["timing"]["candidate"]["per_rank_ms"][r]["median"]
-        rt.add_row(str(r), _ms(b), _ms(c), _ms(v["saved_ms"]["per_rank_median"][r]))
+        rt.add_row(str(r), fmt_ms(b), fmt_ms(c), fmt_ms(v["saved_ms"]["per_rank_median"][r]))
     console.print(rt)
 
 
@@ -124,6 +120,6 @@ def plot_gate(v: dict, path: Path) -> None:
     what = "; ".join(f"{c['selector']}={c['impl']}" if not c["deletion"] else f"delete {c['selector']}"
                      for c in v["changes"])
     sv = v["saved_ms"]
-    title = (f"gate {what} on {v['driver']}\nsaved {_ms(sv['median'])} ms/cycle median, "
-             f"{_ms(sv['conservative'])} conservative -> {v['verdict']}")
+    title = (f"gate {what} on {v['driver']}\nsaved {fmt_ms(sv['median'])} ms/cycle median, "
+             f"{fmt_ms(sv['conservative'])} conservative -> {v['verdict']}")
     plot_epochs({s: epochs_from_json(v, s) for s in ("baseline", "candidate")}, Path(path), title)

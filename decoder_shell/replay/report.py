@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.table import Table
 
 
-def _ms(v) -> str:
+def fmt_ms(v) -> str:
+    """Milliseconds as every report prints them (three decimals; '-' where none was measured)."""
     return "-" if v is None else f"{v:.3f}"
 
 
@@ -43,9 +44,9 @@ def render_replay(result, console: Console) -> None:
     for c in ("", "median", "p10", "p90"):
         tt.add_column(c, justify="right")
     for r, p in enumerate(tm["per_rank_ms"]):
-        tt.add_row(f"rank {r}", _ms(p["median"]), _ms(p["p10"]), _ms(p["p90"]))
+        tt.add_row(f"rank {r}", fmt_ms(p["median"]), fmt_ms(p["p10"]), fmt_ms(p["p90"]))
     c = tm["cycle_ms"]
-    tt.add_row("slowest rank", _ms(c["median"]), _ms(c["p10"]), _ms(c["p90"]), style="bold")
+    tt.add_row("slowest rank", fmt_ms(c["median"]), fmt_ms(c["p10"]), fmt_ms(c["p90"]), style="bold")
     console.print(tt)
     graph = result.of("graph")
     verdict = "EXACT" if result.exact else "MISMATCH"

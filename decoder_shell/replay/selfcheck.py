@@ -17,7 +17,7 @@ from ..commands.program import build_cycle, reference
 from ..contracts.allreduce import RingContract
 from ..corpus.synth import injected_values
 from ..geometry import Geometry
-from .compare import mismatches
+from .compare import compare_outputs
 
 SPECIALS = np.array([0.0, -0.0, 1e-40, -1e-40, 1e-30, -1e-30, 65504.0, -1.0, 1.0], dtype=np.float32)
 
@@ -86,17 +86,6 @@ def perturb(rng, values, cyc):
     return values
 
 
-def compare_outputs(session, cyc, expected):
-    bad = Counter()
-    n = 0
-    outputs = cyc.outputs()
-    for r in range(cyc.ranks):
-        for b, got in zip(outputs, session.read_many(r, [b.id for b in outputs])):
-            n += got.size
-            k = mismatches(got, expected[r][b.id])
-            if k:
-                bad[b.boundary.op] += k
-    return n, bad
 
 
 
@@ -110,7 +99,8 @@ def run_case(drv, cyc, values, variants, expected):
         for graph in (True, False):
             s.poison()
             s.run(graph=graph)
-            n, b = compare_outputs(s, cyc, expected)
+            c = compare_outputs(s, cyc, expected)
+            n, b = c.elements, Counter(c.by_op)
             total += n
             bad.update(b)
     return total, bad

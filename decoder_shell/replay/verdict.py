@@ -3,7 +3,7 @@
 The decision rule (docs/GATE.md): PASS only when the baseline is exact, the candidate is exact (unless
 the run is a deletion-only bound, where exactness is not asked), the driver's times measure the device,
 and the conservative saving reaches the threshold. When everything required holds except that the
-times are not meaningful (the cpu driver), the verdict is UNTIMED. Exit code: 0 PASS, 1 FAIL, 4 UNTIMED
+times are not meaningful (the cpu driver), the verdict is UNTIMED. Exit code: 0 PASS, 1 FAIL, 5 UNTIMED
 (a code of its own, so a script never takes an untimed run for a failed or a passed one).
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..atomic import write_atomic
 from ..errors import UsageError
 from .engine import EpochResult, percentiles
 
@@ -107,7 +108,7 @@ def build_verdict(meta: dict, cycle, plan, settings, runs: dict) -> dict:
     return v
 
 
-EXIT_UNTIMED = 4
+EXIT_UNTIMED = 5  # 4 is a kernel that failed to build or run (errors.BuildError)
 
 
 def exit_code(v: dict) -> int:
@@ -123,7 +124,7 @@ REQUIRED = {"format": str, "schema": int, "corpus": str, "driver": str, "geometr
 
 def save_verdict(v: dict, path: Path) -> None:
     try:
-        Path(path).write_text(json.dumps(v, indent=1, sort_keys=True) + "\n")
+        write_atomic(Path(path), (json.dumps(v, indent=1, sort_keys=True) + "\n").encode())
     except OSError as e:
         raise UsageError(f"cannot write verdict {path}: {e.strerror or e}") from None
 

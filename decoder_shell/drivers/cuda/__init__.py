@@ -8,11 +8,11 @@ placement "auto" picks processes when the host has a GPU for every rank.
 from __future__ import annotations
 
 from ...errors import DriverUnavailable, UsageError
+from .. import PLACEMENTS
 from ..base import Driver
 from . import api
-from .session import VARIANTS, CudaSession
-
-PLACEMENTS = ("auto", "emulated", "processes")
+from .session import CudaSession
+from .variants import describe
 
 
 class CudaDriver(Driver):
@@ -33,6 +33,7 @@ class CudaDriver(Driver):
         attr = raw.CUdevice_attribute
         major = self.cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.device)
         minor = self.cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.device)
+        self.sm = 10 * major + minor  # compute capability as one number (90 on an H200)
         self.arch = f"sm_{major}{minor}"
         name = self.cu.cuDeviceGetName(128, self.device)
         self.gpu = (name.decode() if isinstance(name, bytes) else str(name)).split("\x00")[0].strip()
@@ -56,7 +57,7 @@ class CudaDriver(Driver):
         return CudaSession(self, cycle, variants, pdl=self.pdl)
 
     def available_variants(self) -> dict:
-        return dict(VARIANTS)
+        return describe()
 
     def describe(self) -> str:
         if self._last == "processes":

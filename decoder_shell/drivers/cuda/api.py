@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from ...errors import DriverUnavailable, ShellError
+from ...errors import BuildError, DriverUnavailable
 
 
-class CudaError(ShellError):
-    """A CUDA call failed; the message names the call and the driver's error string."""
-
-    exit_code = 3
+class CudaError(BuildError):
+    """A CUDA call failed on a driver that is present (exit 4); the message names the call and the
+    driver's error string. An absent library, driver or device is DriverUnavailable (exit 3) instead."""
 
 
 def load():
@@ -45,6 +44,8 @@ class Checked:
 
     def __init__(self, cu):
         self._cu = cu
+        #: The raw bindings module, for its types and enums (CUDA_KERNEL_NODE_PARAMS, CUipcMemHandle, ...).
+        self.bindings = cu
 
     def __getattr__(self, name):
         fn = getattr(self._cu, name)

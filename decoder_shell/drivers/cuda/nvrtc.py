@@ -1,4 +1,8 @@
-"""NVRTC compilation for the device's own architecture, cached on disk by source hash."""
+"""NVRTC compilation for the device's own architecture, cached on disk by source hash.
+
+A compile error is a BuildError (exit 4) carrying NVRTC's log; the program is destroyed on every
+path. Status values are reported by their names (NVRTC_ERROR_COMPILATION, ...), never as raw enums.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,9 @@ import hashlib
 import os
 from pathlib import Path
 
-from ...errors import DriverUnavailable
-from .api import CudaError
+from ...atomic import write_atomic
+from ...errors import BuildError, DriverUnavailable
+from ..cache import cache_dir as kernel_cache
 
 #: Exactness flags: no FMA contraction, IEEE division and square root, denormals kept.
 EXACT_FLAGS = ("-fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false", "--std=c++17")
@@ -16,9 +21,7 @@ FMA_FLAGS = ("-fmad=true", "--prec-div=true", "--prec-sqrt=true", "--ftz=false",
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("DECODER_SHELL_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "decoder-shell")
-    return Path(base) / "cubin"
+    return kernel_cache("cubin")
 
 
 def cuda_include_dirs() -> tuple[str, ...]:
@@ -27,8 +30,8 @@ def cuda_include_dirs() -> tuple[str, ...]:
     return tuple(f"-I{r}/include" for r in roots if r and os.path.exists(os.path.join(r, "include", "cuda_bf16.h")))[:1]
 
 
-def compile_cubin(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernels.cu") -> bytes:
-    """Compile CUDA C source to a cubin for `arch` (e.g. 'sm_90'); cached by hash of everything."""
+def bindings():
+    """cuda-python's NVRTC module and the library's (major, minor); DriverUnavailable when absent."""
     try:
         from cuda.bindings import nvrtc
     except ImportError:
@@ -37,9 +40,27 @@ def compile_cubin(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernel
         except ImportError:
             raise DriverUnavailable("cuda driver unavailable: NVRTC bindings missing (pip install '.[cuda]')") from None
     try:
-        err, major, minor = nvrtc.nvrtcVersion()
+        _, major, minor = nvrtc.nvrtcVersion()
     except Exception as e:
         raise DriverUnavailable(f"cuda driver unavailable: NVRTC library not found ({str(e).splitlines()[0]})") from None
+    return nvrtc, (major, minor)
+
+
+def status_name(nvrtc, res) -> str:
+    """NVRTC_ERROR_COMPILATION (and NVRTC's own text for it), not `<nvrtcResult...: 6>`."""
+    name = getattr(res, "name", None) or str(res)
+    try:
+        text = nvrtc.nvrtcGetErrorString(res)
+        text = text[-1] if isinstance(text, tuple) else text
+        text = text.decode() if isinstance(text, bytes) else str(text)
+    except Exception:
+        text = ""
+    return f"{name} ({text})" if text and text != name else name
+
+
+def compile_cubin(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernels.cu") -> bytes:
+    """Compile CUDA C source to a cubin for `arch` (e.g. 'sm_90'); cached by hash of everything."""
+    nvrtc, (major, minor) = bindings()
     extra = os.environ.get("DECODER_SHELL_CUDA_DEFINES", "").split()  # timing ablations only
     opts = [f"--gpu-architecture={arch}", *flags, *(f"-D{d}" for d in extra)]
     key = hashlib.sha256("\0".join([source, *opts, f"{major}.{minor}"]).encode()).hexdigest()
@@ -49,22 +70,22 @@ def compile_cubin(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernel
 
     def check(res, what):
         if int(res[0]) != 0:
-            raise CudaError(f"{what} failed: {res[0]}")
+            raise BuildError(f"{name}: {what} failed: {status_name(nvrtc, res[0])}")
         return res[1:] if len(res) > 2 else (res[1] if len(res) == 2 else None)
 
     prog = check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "nvrtcCreateProgram")
-    res = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
-    if int(res[0]) != 0:
-        size = check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        log = b" " * size
-        nvrtc.nvrtcGetProgramLog(prog, log)
-        raise CudaError("NVRTC compilation failed: " + log.decode(errors="replace").strip().replace("\n", " | ")[:2000])
-    size = check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-    cubin = b" " * size
-    check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
-    nvrtc.nvrtcDestroyProgram(prog)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(cubin)
-    os.replace(tmp, path)
+    try:
+        res = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        if int(res[0]) != 0:
+            size = check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+            log = b" " * size
+            nvrtc.nvrtcGetProgramLog(prog, log)
+            text = log.decode(errors="replace").strip("\0 \n").replace("\n", " | ")[:2000]
+            raise BuildError(f"{name}: NVRTC compilation failed for {arch} ({status_name(nvrtc, res[0])}): {text}")
+        size = check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
+        cubin = b" " * size
+        check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    write_atomic(path, cubin)
     return cubin

@@ -8,7 +8,6 @@ change to any of them builds a new module instead of reusing a stale one.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -16,8 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ...atomic import write_atomic
 from ...contracts import numerics
-from ...errors import DriverUnavailable
+from ...errors import BuildError, DriverUnavailable
+from ..cache import cache_dir as kernel_cache
 
 KERNEL_DIR = Path(__file__).with_name("kernels")
 #: Concatenated in this order into one translation unit.
@@ -69,8 +70,7 @@ def _version(tool: str) -> str:
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "decoder-shell" / "spirv"
+    return kernel_cache("spirv")
 
 
 def build(lanes_per_item: int = 1, cache: Path | None = None) -> bytes:
@@ -92,9 +92,7 @@ def build(lanes_per_item: int = 1, cache: Path | None = None) -> bytes:
         _run([clang, *flags, str(cl), "-o", str(bc)], "clang")
         _run([translator, *TRANSLATOR_FLAGS, str(bc), "-o", str(spv)], "llvm-spirv")
         data = spv.read_bytes()
-        part = Path(tmp) / "part"
-        part.write_bytes(data)
-        os.replace(part, path)  # atomic: concurrent builders write the same bytes
+    write_atomic(path, data)  # concurrent builders write the same bytes
     return data
 
 
@@ -102,4 +100,4 @@ def _run(cmd: list[str], what: str) -> None:
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if res.returncode:
         first = (res.stderr.strip().splitlines() or ["no message"])[0]
-        raise DriverUnavailable(f"{what} failed to build the level-zero kernels: {first}")
+        raise BuildError(f"{what} failed to build the level-zero kernels: {first}")

@@ -13,7 +13,7 @@ import ctypes
 import numpy as np
 
 from ...commands.program import Cycle
-from ...errors import DriverUnavailable
+from ...errors import BuildError, DriverUnavailable
 from ..base import Session
 from . import plan as planning
 from . import spirv
@@ -37,7 +37,7 @@ class Target:
             try:
                 self.program = dpctl.program.create_program_from_spirv(self.queue, self.spirv, spirv.RUNTIME_OPTIONS)
             except dpctl.program.SyclProgramCompilationError as e:
-                raise DriverUnavailable(f"{device.name} cannot build the level-zero kernels: {e}") from None
+                raise BuildError(f"{device.name} cannot build the level-zero kernels: {e}") from None
             # a kernel may allow fewer work-items than the device (registers): rebuild for that size
             fit = min(self.program.get_sycl_kernel(k).work_group_size for k in planning.GROUP_KERNELS)
             if fit >= self.group:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 from ctypes import POINTER, Structure, byref, c_char, c_char_p, c_int, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p
 
-from ...errors import DriverUnavailable
+from ...errors import BuildError, DriverUnavailable
 
 LOADER = "libze_loader.so.1"
 
@@ -173,8 +173,9 @@ SIGNATURES = {
 }
 
 
-class ZeError(DriverUnavailable):
-    """A Level Zero call failed; the message names the call and the result code."""
+class ZeError(BuildError):
+    """A Level Zero call failed on a loader that is present (exit 4); the message names the call and
+    the result code. An absent loader, driver or GPU is DriverUnavailable (exit 3) instead."""
 
 
 def result_name(code: int) -> str:

@@ -1,4 +1,7 @@
-"""Atomic file writes: temporary file in the same folder, fsync, rename, fsync the folder."""
+"""Atomic file writes: temporary file in the same folder, fsync, rename, fsync the folder.
+
+The one way the package writes a file that someone may read (corpus blobs and manifests, verdicts,
+JSON results, capture handshakes, kernel caches). Standard library only, so every room may use it."""
 
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 hc_split_sinkhorn) written in torch, in any dtype, and the error measures used against them.
 
 For accuracy measurements only (tests/test_contracts_accuracy.py, tools/accuracy_report.py): these
-never define bits; the numpy contracts beside this module do. Needs torch (the `test`/`capture` extras).
+never define bits; the numpy contracts (decoder_shell/contracts/) do, which is why this lives outside
+the package (the package imports torch only under capture/). Needs torch (the `test`/`capture` extras).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from decoder_shell.contracts.bits import ulp  # noqa: F401  (the one ulp distance)
 
 HC, ITERS, EPS = 4, 20, 1e-6
 
@@ -49,17 +52,6 @@ def official_head(streams, fn, base, scale, dt):
 
 
 # --- error measures -------------------------------------------------------------------------------
-def ordered(a: np.ndarray) -> np.ndarray:
-    """bf16/fp32 bit patterns as integers that order like the values (ulp distance = difference)."""
-    b = a.view(np.uint16 if a.dtype.itemsize == 2 else np.uint32).astype(np.int64)
-    sign = 1 << (a.dtype.itemsize * 8 - 1)
-    return np.where(b & sign, -(b & (sign - 1)), b)
-
-
-def ulp(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.abs(ordered(a) - ordered(b))
-
-
 def significant(exact: np.ndarray) -> np.ndarray:
     """Elements whose exact value is at least 1e-3 of the output's rms. Near a cancellation the
     absolute error of any fp32 sum is many ulp of the tiny result; such elements say nothing about

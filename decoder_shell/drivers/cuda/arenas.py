@@ -1,0 +1,122 @@
+"""Device memory of a session: per rank four arenas carved into fixed, aligned addresses, and the
+IPC handles through which one process per rank maps its peers' arenas.
+
+Arenas per rank: outputs (poisoned every epoch), state (injected inputs and params), work (kernel
+scratch, block sync counters, all-reduce arrival slots, the epoch counter; zeroed once), staging
+(expected outputs that `copy` commands write). Every allocation is recorded as it is made, so
+free() releases exactly what exists, also after a constructor that failed half way.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+
+import numpy as np
+
+from ...contracts.numerics import LANES
+from .kernels import BLOCK, NOUT
+from .variants import MAX_PIECES, Node, Variant
+
+ALIGN = 256
+
+
+class Arena:
+    """One device allocation carved into aligned, fixed-address pieces."""
+
+    def __init__(self):
+        self.size = 0
+
+    def take(self, nbytes: int) -> int:
+        off = self.size
+        self.size += -(-max(nbytes, 1) // ALIGN) * ALIGN
+        return off
+
+
+class Arenas:
+    """The layout (offsets, same on every rank) and each rank's base addresses."""
+
+    def __init__(self, cu, cycle, variants: dict):
+        self.cu, self.cycle = cu, cycle
+        outs, state, work = Arena(), Arena(), Arena()
+        self.offsets = {b.id: (outs if b.kind == "output" else state).take(b.nbytes) for b in cycle.buffers}
+        self.kinds = {b.id: b.kind for b in cycle.buffers}
+        self.scratch, self.sync, self.slots = {}, {}, {}
+        for cmd in cycle.commands:
+            if cmd.op != "allreduce":
+                m = cycle.geometry.phase(cmd.boundary.phase).rows
+                self.scratch[cmd.index] = work.take(4 * m * ((LANES // BLOCK) * (NOUT[cmd.op] + 1) + 4 + NOUT[cmd.op]))
+                self.sync[cmd.index] = work.take(8)
+            else:
+                self.slots[cmd.index] = work.take(8 * cycle.ranks * MAX_PIECES)
+        self.epoch_off = work.take(8)
+        staging = Arena()  # expected outputs of `copy` commands (Session.set_expected)
+        self.staging = {bid: staging.take(cycle.buffers[bid].nbytes) for idx, v in variants.items()
+                        if isinstance(v, Variant) and v.node is Node.COPY
+                        for bid in cycle.commands[idx].outputs.values()}
+        self._sizes = (outs.size, state.size, work.size, staging.size)
+        self.out_size, self.work_size = outs.size, work.size
+        self.base: dict[int, tuple[int, int, int, int]] = {}
+        self.owned: list[int] = []  # allocations of this process
+        self.opened: list[int] = []  # peers' arenas mapped through IPC handles
+        self.peer_tables: dict = {}
+
+    def allocate(self, rank: int) -> None:
+        ptrs = []
+        for size in self._sizes:
+            ptrs.append(int(self.cu.cuMemAlloc(max(size, ALIGN))))
+            self.owned.append(ptrs[-1])
+        self.cu.cuMemsetD8(ptrs[2], 0, max(self.work_size, ALIGN))
+        self.base[rank] = tuple(ptrs)
+
+    # --- addresses --------------------------------------------------------------------------
+    def addr(self, rank: int, bid: int) -> int:
+        o, s = self.base[rank][:2]
+        return (o if self.kinds[bid] == "output" else s) + self.offsets[bid]
+
+    def work(self, rank: int, off: int) -> int:
+        return self.base[rank][2] + off
+
+    def staged(self, rank: int, bid: int) -> int:
+        return self.base[rank][3] + self.staging[bid]
+
+    def outputs(self, rank: int) -> int:
+        return self.base[rank][0]
+
+    def peer_table(self, cmd, tensor: str) -> int:
+        """A device array of every rank's address of one tensor of `cmd` (made once per command)."""
+        key = (cmd.index, tensor)
+        if key not in self.peer_tables:
+            bid = {**cmd.inputs, **cmd.outputs}[tensor]
+            table = np.array([self.addr(q, bid) for q in range(self.cycle.ranks)], dtype=np.uint64)
+            ptr = int(self.cu.cuMemAlloc(table.nbytes))
+            self.peer_tables[key] = ptr
+            self.cu.cuMemcpyHtoD(ptr, table.ctypes.data, table.nbytes)
+        return self.peer_tables[key]
+
+    # --- one process per rank: IPC handles --------------------------------------------------
+    def export_handles(self, rank: int) -> list[bytes]:
+        """IPC handles of this rank's outputs, state and work arenas (64 bytes each)."""
+        return [C.string_at(self.cu.cuIpcGetMemHandle(p).getPtr(), 64) for p in self.base[rank][:3]]
+
+    def attach_peers(self, handles: dict[int, list[bytes]]) -> None:
+        """Map every peer's arenas into this process (peer access enabled as needed)."""
+        cu = self.cu.bindings
+        for r, hs in handles.items():
+            if r in self.base:
+                continue
+            ptrs = []
+            for raw in hs:
+                h = cu.CUipcMemHandle()
+                C.memmove(h.getPtr(), raw, 64)
+                ptrs.append(int(self.cu.cuIpcOpenMemHandle(h, cu.CUipcMem_flags.CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)))
+                self.opened.append(ptrs[-1])
+            self.base[r] = (*ptrs, 0)
+
+    def free(self) -> None:
+        """Release every mapping and allocation made so far (each once)."""
+        while self.opened:
+            self.cu.cuIpcCloseMemHandle(self.opened.pop())
+        while self.owned:
+            self.cu.cuMemFree(self.owned.pop())
+        while self.peer_tables:
+            self.cu.cuMemFree(self.peer_tables.popitem()[1])

@@ -1,0 +1,126 @@
+"""Launch arguments: each command's kernel, grid and by-value argument struct on one rank.
+
+Binding reads only the cycle, the arena addresses, the built functions and the command's variant;
+it allocates nothing but the `peers:` tables of user kernels (owned by the arenas).
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import os
+
+import numpy as np
+
+from ...contracts.allreduce import RingContract
+from ...contracts.numerics import BF16, LANES
+from . import args as A
+from .kernels import BLOCK, NOUT, func_key, spec_for, user_key
+from .variants import Variant
+
+
+class Binder:
+    def __init__(self, cycle, arenas, funcs: dict, sm: int, *, rank: int | None):
+        self.cycle, self.mem, self.funcs, self.sm, self.rank = cycle, arenas, funcs, sm, rank
+        mhc = [c for c in cycle.commands if c.op != "allreduce"]
+        self.next_mhc = {a.index: b for a, b in zip(mhc, mhc[1:])}  # whose weights idle blocks prefetch
+
+    def allreduce(self, cmd, rank: int, mode: int, contract: RingContract, lo: int, hi: int,
+                  piece: int = 0) -> A.Launch:
+        """mode 0 one-shot, 1 reduce-scatter, 2 all-gather; [lo, hi) the elements of this piece."""
+        R, mem = self.cycle.ranks, self.mem
+        bx, bo = cmd.inputs["x"], cmd.outputs["out"]
+        buf = self.cycle.buffers[bx]
+        n = int(np.prod(buf.shape))
+        a = A.ArArgs()
+        for q in range(R):
+            a.inp[q] = mem.addr(q, bx)
+            a.out[q] = mem.addr(q, bo)
+        a.ring = A.ring(contract, n, R, buf.dtype == BF16)
+        a.rank, a.lo, a.hi, a.mode = rank, lo, hi, mode
+        if self.rank is not None:  # one process per rank: arrival slots (see arrive_and_wait)
+            off = mem.slots[cmd.index] + 8 * R * piece
+            for q in range(R):
+                a.flag_out[q] = mem.work(q, off + 8 * rank)
+            a.flag_in = mem.work(rank, off)
+            a.epoch = mem.work(rank, mem.epoch_off)
+        threads = 256
+        blocks = max(1, min(1024, -(-(hi - lo) // threads)))
+        return A.Launch(self.funcs["allreduce_kernel"], (blocks, 1, 1), (threads, 1, 1), a, pdl=True)
+
+    def mhc(self, cmd, rank: int, var: Variant, prev_ar=None) -> A.Launch:
+        g, mem = self.cycle.geometry, self.mem
+        sp = spec_for(self.cycle, cmd, var, self.sm)
+        rows = g.phase(cmd.boundary.phase).rows
+        a = A.MhcArgs()
+        ins, outs = cmd.inputs, cmd.outputs
+        a.x = mem.addr(rank, ins["x"])
+        xbuf = self.cycle.buffers[ins["x"]]
+        a.x_is_bf16 = int(xbuf.dtype == BF16)
+        if sp.fused:
+            px = prev_ar.inputs["x"]
+            for q in range(self.cycle.ranks):
+                a.peers[q] = mem.addr(q, px)
+            a.ar_out = mem.addr(rank, prev_ar.outputs["out"])
+            a.ring = A.ring(self.cycle.contract, int(np.prod(xbuf.shape)), self.cycle.ranks, xbuf.dtype == BF16)
+        for name in ("residual", "post", "comb"):
+            if name in ins:
+                setattr(a, {"post": "post_in", "comb": "comb_in"}.get(name, name), mem.addr(rank, ins[name]))
+        a.fn, a.base, a.scale = (mem.addr(rank, ins[k]) for k in ("fn", "base", "scale"))
+        a.streams, a.y = mem.addr(rank, outs["streams"]), mem.addr(rank, outs["y"])
+        if "next_post" in outs:
+            a.post_out, a.comb_out = mem.addr(rank, outs["next_post"]), mem.addr(rank, outs["next_comb"])
+        a.scratch = mem.work(rank, mem.scratch[cmd.index])
+        a.sync = mem.work(rank, mem.sync[cmd.index])
+        a.M, a.D = rows, g.hidden
+        a.sinkhorn_iters = g.mhc.sinkhorn_iters
+        a.hc_eps, a.norm_eps = g.mhc.hc_eps, g.mhc.norm_eps
+        a.split_sinkhorn = (0 if "next_comb" not in outs or var.sinkhorn_inline else 2 if sp.clpre else 1)
+        nxt = self.next_mhc.get(cmd.index)
+        if nxt is not None and os.environ.get("DECODER_SHELL_CUDA_PREFETCH", "1") != "0":
+            a.next_fn = mem.addr(rank, nxt.inputs["fn"])
+            a.next_fn_bytes = self.cycle.buffers[nxt.inputs["fn"]].nbytes
+        func = self.funcs[func_key(sp, var)]
+        if sp.cluster:
+            return A.Launch(func, (LANES // BLOCK, rows, 1), (sp.threads, 1, 1), a, pdl=True)
+        grid = (LANES // BLOCK, NOUT[cmd.op] // sp.opg, -(-rows // sp.rows_per_block))
+        return A.Launch(func, grid, (BLOCK, 1, 1), a, pdl=True)
+
+    def sinkhorn(self, mhc: A.Launch) -> A.Launch:
+        """The Sinkhorn node of an mHC launch that left its comb to it (same argument struct)."""
+        return A.Launch(self.funcs["sinkhorn_kernel"], (1, 1, 1), (BLOCK, 1, 1), mhc.args[0], pdl=True)
+
+    def epoch(self, rank: int) -> A.Launch:
+        return A.Launch(self.funcs["epoch_kernel"], (1, 1, 1), (1, 1, 1), C.c_uint64(self.mem.work(rank, self.mem.epoch_off)))
+
+    def empty(self) -> A.Launch:
+        return A.Launch(self.funcs["empty_kernel"], (1, 1, 1), (32, 1, 1), A.Ring())
+
+    def user(self, cmd, rank: int, cand) -> A.Launch:
+        """Bind a user kernel's arguments: tensors of this rank (or every rank's, `peers:`), scalars, literals."""
+        g, mem = self.cycle.geometry, self.mem
+        scalars = {"rows": g.phase(cmd.boundary.phase).rows, "hidden": g.hidden, "hc": g.hc,
+                   "ranks": self.cycle.ranks, "rank": rank}
+        literal = {"i32": C.c_int32, "u32": C.c_uint32, "i64": C.c_int64, "u64": C.c_uint64, "f32": C.c_float}
+        values = []
+        for arg in cand.args:
+            if arg.kind in ("in", "param"):
+                values.append(C.c_uint64(mem.addr(rank, cmd.inputs[arg.name])))
+            elif arg.kind == "out":
+                values.append(C.c_uint64(mem.addr(rank, cmd.outputs[arg.name])))
+            elif arg.kind == "peers":
+                values.append(C.c_uint64(mem.peer_table(cmd, arg.name)))
+            elif arg.kind == "scalar":
+                values.append(C.c_int32(scalars[arg.name]))
+            else:
+                values.append(literal[arg.kind](arg.value))
+        return A.Launch(self.funcs[user_key(cand)], cand.grid, cand.block, *values, shared=cand.shared_bytes)
+
+    def copy(self, cmd, rank: int) -> A.Launch:
+        a = A.CopyArgs()
+        outs = list(cmd.outputs.values())
+        for c, bid in enumerate(outs):
+            a.dst[c] = self.mem.addr(rank, bid)
+            a.src[c] = self.mem.staged(rank, bid)
+            a.nbytes[c] = self.cycle.buffers[bid].nbytes
+        a.count = len(outs)
+        return A.Launch(self.funcs["copy_kernel"], (64, 1, 1), (256, 1, 1), a)
