@@ -27,7 +27,7 @@ def shell(*args):
 @pytest.fixture(scope="module")
 def exact_verdict():
     p = shell("gate", CORPUS, "--driver", "cpu", *FAST, "--candidate", "mhc=twice", "--json")
-    assert p.returncode == 1, p.stderr
+    assert p.returncode == 5, p.stderr  # UNTIMED on the cpu driver
     return json.loads(p.stdout)
 
 
