@@ -321,6 +321,20 @@ def test_killing_a_rank_mid_capture_leaves_the_previous_corpora_as_they_were(tmp
     assert not [p for p in out.iterdir() if ".staging-" in p.name or ".old-" in p.name]
 
 
+def test_a_capture_that_times_out_leaves_the_previous_corpus_verifying_as_before(tp2_shell, tmp_path):
+    """The issue's repro: `cp -a good g; shell capture --timeout 3 --out g` destroyed g. Now the capture
+    exits 1, and g is byte for byte what it was and verifies exactly."""
+    good = tmp_path / "good"
+    assert shell("synth", "--tp", 2, "--out", good).returncode == 0
+    before = _snapshot(good)
+    r = shell("capture", "--from-service", tp2_shell.url, "--token-file", tp2_shell.token_file, "--out", good,
+              "--replace", "--wait", "--timeout", 1)
+    _one_line_error(r, 1)
+    assert _snapshot(good) == before
+    assert shell("verify", good).returncode == 0
+    assert tp2_shell.get("/capture/status")["state"] == "cancelled"
+
+
 def test_two_concurrent_arm_requests_one_wins(tp2_shell, tmp_path):
     barrier = threading.Barrier(2)
     codes = []
