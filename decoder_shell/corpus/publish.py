@@ -37,9 +37,10 @@ class CorpusLock:
         self.path = self.target.parent / f".{self.target.name}.lock"
         self.fd: int | None = None
 
-    def acquire(self) -> "CorpusLock":
+    def acquire(self, create_parent: bool = True) -> "CorpusLock":
         try:
-            self.target.parent.mkdir(parents=True, exist_ok=True)
+            if create_parent:
+                self.target.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as e:
             raise UsageError(f"{self.path}: cannot create the corpus lock ({e.strerror or e})") from None
@@ -176,8 +177,9 @@ def staged(target: Path, replace: bool = False):
 
 @contextmanager
 def locked(target: Path):
-    """Hold `target`'s writer lock (for writers that replace a single file, like `verify --record`)."""
-    lock = CorpusLock(target).acquire()
+    """Hold `target`'s writer lock (for writers that replace a single file, like `verify --record`);
+    the corpus must exist already, so no folder is created for the lock."""
+    lock = CorpusLock(target).acquire(create_parent=False)
     try:
         yield
     finally:
