@@ -23,7 +23,7 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import UsageError
+from ..errors import CorpusError, UsageError
 
 RENAME_EXCHANGE = 2
 AT_FDCWD = -100
@@ -179,6 +179,8 @@ def staged(target: Path, replace: bool = False):
 def locked(target: Path):
     """Hold `target`'s writer lock (for writers that replace a single file, like `verify --record`);
     the corpus must exist already, so no folder is created for the lock."""
+    if not Path(target).is_dir():
+        raise CorpusError(f"{target}: corpus folder does not exist")
     lock = CorpusLock(target).acquire(create_parent=False)
     try:
         yield
