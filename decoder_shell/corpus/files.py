@@ -10,6 +10,7 @@ nesting, and a RecursionError is reported like any other malformed file.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -40,7 +41,7 @@ def read_regular(path: Path, cap: int, what: str, root: Path | None = None) -> b
     except FileNotFoundError:
         raise CorpusError(f"{path}: {what} is missing") from None
     except OSError as e:
-        reason = "is a link" if e.errno == 40 else (e.strerror or str(e))  # ELOOP: O_NOFOLLOW on a link
+        reason = "is a link" if e.errno == errno.ELOOP else (e.strerror or str(e))  # O_NOFOLLOW on a link
         raise CorpusError(f"{path}: cannot read {what} ({reason})") from None
     try:
         st = os.fstat(fd)
