@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 from rich.console import Console
 
 from .atomic import write_atomic
-from .corpus import DEFAULT_CORPUS
+from .corpus import CORPUS_HELP, SHIPPED_CORPUS, default_corpus
 from .drivers import PLACEMENTS
 from .errors import MismatchError, ShellError, UsageError
 
@@ -23,6 +24,44 @@ EXIT_CODES = """exit codes:
   5  gate: UNTIMED (exact, but the driver's times do not measure speed)"""
 
 
+#: The extra that provides a module a command needs, for the one-line hint when it is missing.
+EXTRAS = {"torch": "capture", "transformers": "capture", "cuda": "cuda", "dpctl": "intel"}
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option shows its default, unless its help already says it (or it has none to show)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        d = action.default
+        if "default" in text or d is None or d is False or d is argparse.SUPPRESS or d == []:
+            return text
+        return super()._get_help_string(action)
+
+
+class TopHelpFormatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
+    """The top-level help: defaults shown, and the epilog's exit-code table kept as written."""
+
+
+class Parser(argparse.ArgumentParser):
+    """Every (sub)parser shows defaults in --help."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+class VersionAction(argparse.Action):
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .about import version_text
+        from .drivers import probe
+        print(version_text(probe()))
+        parser.exit(0)
+
+
 def add_geometry_args(p: argparse.ArgumentParser) -> None:
     from .geometry import DRAFT_KINDS, PRESETS, REDUCE_DTYPES
     p.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="model geometry (default tiny)")
@@ -31,12 +70,15 @@ def add_geometry_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-rows", type=int, default=1, help="rows of the draft phase; 0 for none (default 1)")
     p.add_argument("--draft-kind", default="mtp1", choices=sorted(DRAFT_KINDS), help="draft model shape")
     p.add_argument("--reduce-dtype", default="bfloat16", choices=REDUCE_DTYPES, help="all-reduce dtype")
+    p.add_argument("--moe-weights", default=None, choices=("packed", "expanded"),
+                   help="MoE presets: expert weights as official codes + scales or decoded bf16 (default packed)")
 
 
 def geometry_from(args):
     from .geometry import preset
     return preset(args.preset, tp=args.tp, verify_rows=args.verify_rows, draft_rows=args.draft_rows,
-                  draft_kind=args.draft_kind, reduce_dtype=args.reduce_dtype)
+                  draft_kind=args.draft_kind, reduce_dtype=args.reduce_dtype,
+                  moe_weights=getattr(args, "moe_weights", None))
 
 
 def open_corpus(path, require_seal: bool = True):
@@ -63,37 +105,48 @@ def emit_json(obj, out: Path | None = None) -> None:
 
 # --- synth -------------------------------------------------------------------------------------
 def cmd_synth(args, console: Console) -> int:
+    from .commands.program import build_cycle
+    from .contracts.allreduce import RingContract
     from .corpus.synth import synth
     g = geometry_from(args)
-    c = synth(g, Path(args.out), seed=args.seed, replace=args.replace)
+    commands = len(build_cycle(g, RingContract()).commands)
+    with args.tracker.expect("write", commands, "synth: writing boundaries") as t:
+        c = synth(g, Path(args.out), seed=args.seed, progress=t.hook("write"), replace=args.replace)
     n = c.info.counts
+    recipes = f", {n['recipe_tensors']} recipe tensors ({n['recipe_bytes'] / 2**20:.1f} MiB)" if n.get("recipe_tensors") else ""
     console.print(f"wrote {args.out}: {n['manifests']} manifests, {n['blobs']} blobs, "
-                  f"{n['referenced_bytes'] / 2**20:.1f} MiB referenced, {n['stored_bytes'] / 2**20:.1f} MiB stored")
+                  f"{n['referenced_bytes'] / 2**20:.1f} MiB referenced, {n['stored_bytes'] / 2**20:.1f} MiB stored{recipes}")
     return 0
 
 
 # --- verify ------------------------------------------------------------------------------------
 def cmd_verify(args, console: Console) -> int:
-    from contextlib import nullcontext
-
     from .corpus.publish import locked
     from .corpus.verify import record_parity, verify
     with locked(Path(args.corpus)) if args.record else nullcontext():
         c = open_corpus(args.corpus, require_seal=False)
         check_memory(c, "verify")
+        n = len(c.geometry.boundaries())
+        t = args.tracker.expect("bind", n, "verify: reading and checking blobs")
+        t.expect("parity", n, "verify: recomputing every op from its captured inputs")
         inference = None
         if args.infer:
             from .corpus.infer import infer_corpus
-            inference = infer_corpus(c)
+            status = t.bar.console.status("inferring the collective contract") if t.enabled else nullcontext()
+            with status:
+                inference = infer_corpus(c)
             if args.record and inference.found:
                 c.info.collective = {"contract": inference.contract.to_json(), "how": "inferred",
                                      "inference": inference.to_json()}
-        rep = verify(c)
+        with t:
+            rep = verify(c, t.hook("bind"), t.hook("parity"))
         rep["sealed"] = c.sealed
         if inference is not None:
             rep["inference"] = inference.to_json()
         if args.record:
             record_parity(c, rep)
+    from .replay.results import RESULT_SCHEMA, run_block
+    rep = {"format": "decoder-shell-verify", "schema": RESULT_SCHEMA, "run": run_block("verify", c), **rep}
     if args.json:
         emit_json(rep)
     else:
@@ -119,8 +172,8 @@ def cmd_inspect(args, console: Console) -> int:
     console.print(f"manifests {rep['manifests']} ({', '.join(f'{k} {v}' for k, v in rep['manifests_per_op'].items())})")
     console.print(f"tensor references {rep['tensor_refs']}, unique blobs {rep['unique_blobs']} "
                   f"(missing {rep['missing_blobs']}, unreferenced {rep['unreferenced_blobs']})")
-    console.print(f"raw bytes referenced {rep['referenced_bytes']:,}, unique {rep['unique_bytes']:,}, "
-                  f"stored {rep['stored_bytes']:,}")
+    console.print(f"MiB referenced {rep['referenced_bytes'] / 2**20:.2f}, unique {rep['unique_bytes'] / 2**20:.2f}, "
+                  f"stored {rep['stored_bytes'] / 2**20:.2f} (--json gives bytes)")
     console.print(f"dedup ratio {rep['dedup_ratio']:.2f}x, compression {rep['compression_ratio']:.2f}x")
     return 0
 
@@ -129,39 +182,54 @@ def cmd_inspect(args, console: Console) -> int:
 def cmd_replay(args, console: Console) -> int:
     from .drivers import get_driver
     from .replay.engine import replay
-    from .replay.report import plot_epochs, render_replay
+    from .replay.report import plot_replay, render_replay
+    from .replay.results import write_csv
     if args.epochs < 1 or args.changed < 0 or args.settle < 0:
         raise UsageError("--epochs must be >= 1, --changed and --settle >= 0")
     corpus = open_corpus(args.corpus)
     check_memory(corpus, "replay")
     driver = get_driver(args.driver, placement=args.placement)
-    result = replay(corpus, driver, epochs=args.epochs, changed=args.changed, settle=args.settle, seed=args.seed)
+    t = args.tracker.expect("bind", len(corpus.geometry.boundaries()), "replay: reading the corpus")
+    t.expect("graph", args.settle + args.epochs, "replay: graph epochs")
+    t.expect("changed", args.changed, "replay: changed epochs")
+    with t:
+        result = replay(corpus, driver, epochs=args.epochs, changed=args.changed, settle=args.settle,
+                        seed=args.seed, progress=t, breakdown=args.breakdown)
     if args.json:
         emit_json(result.to_json(), args.json_out)
     if not args.json or args.json_out:
         render_replay(result, console)
+        if result.breakdown:
+            from .replay.breakdown import render_breakdown
+            render_breakdown(result.breakdown, console, commands=args.verbose)
+    if args.csv:
+        write_csv(result.to_json(), args.csv)
     if args.plot:
-        plot_epochs({"replay": result.of("graph")}, Path(args.plot), f"{corpus.root} on {driver.describe()}")
+        plot_replay(result, args.plot)
     if not result.exact:
         raise MismatchError("replay is not exact (see the mismatch counts above)")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="shell", description="Capture and replay one TP speculative decode cycle, bit-exact.",
-                                epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True)
+    import textwrap
+    default_corpus = textwrap.fill("Commands that read a corpus default to ./corpus when the current folder holds "
+                                   f"one, else to the tiny corpus shipped in the package: {SHIPPED_CORPUS}", 100)
+    p = Parser(prog="shell", description="Capture and replay one TP speculative decode cycle, bit-exact.",
+               epilog=f"{default_corpus}\n\n{EXIT_CODES}", formatter_class=TopHelpFormatter)
+    p.add_argument("--version", action=VersionAction, help="version, commit and the drivers available here")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     s = sub.add_parser("synth", help="build a linked synthetic corpus whose outputs come from the contracts")
     add_geometry_args(s)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="seed of the synthetic inputs and params")
     s.add_argument("--out", required=True, help="corpus folder to create (new or empty)")
     s.add_argument("--replace", action="store_true",
                    help="replace the corpus in --out: the new one is swapped in atomically once complete")
     s.set_defaults(func=cmd_synth)
 
     s = sub.add_parser("verify", help="check integrity, links, cross-rank exactness and contract parity")
-    s.add_argument("corpus", nargs="?", default=DEFAULT_CORPUS)
+    s.add_argument("corpus", nargs="?", type=Path, help=CORPUS_HELP)
     s.add_argument("--json", action="store_true")
     s.add_argument("--record", action="store_true", help="write the measured parity into corpus.json (rebase if inexact)")
     s.add_argument("--infer", action="store_true",
@@ -169,13 +237,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_verify)
 
     s = sub.add_parser("inspect", help="manifests, unique blobs, bytes and dedup ratio")
-    s.add_argument("corpus", nargs="?", default=DEFAULT_CORPUS)
+    s.add_argument("corpus", nargs="?", type=Path, help=CORPUS_HELP)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("replay", help="replay the cycle epoch after epoch and prove every output bit-exact")
-    s.add_argument("corpus", nargs="?", default=DEFAULT_CORPUS)
-    s.add_argument("--epochs", type=int, default=70)
+    s.add_argument("corpus", nargs="?", type=Path, help=CORPUS_HELP)
+    s.add_argument("--epochs", type=int, default=70, help="timed graph epochs")
     s.add_argument("--changed", type=int, default=0, help="changed epochs: new inputs, expected from the contracts")
     s.add_argument("--settle", type=int, default=3, help="untimed epochs before the timed ones")
     s.add_argument("--driver", default="auto", help="auto | cpu | cuda | level-zero")
@@ -185,11 +253,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seed of the changed epochs' inputs")
     s.add_argument("--json", action="store_true", help="print the full result as JSON")
     s.add_argument("--json-out", type=Path, help="write the JSON result here (the table still prints)")
+    s.add_argument("--csv", type=Path, help="write every epoch's per-rank times as CSV here")
     s.add_argument("--plot", type=Path, help="write a PNG of per-epoch, per-rank cycle times")
+    s.add_argument("--breakdown", action="store_true",
+                   help="time one more epoch node by node: time per command, per op kind and per phase, and "
+                        "each all-reduce's size, algbw and busbw (with -v: every node)")
     s.set_defaults(func=cmd_replay)
 
     for register in _extensions():
         register(sub)
+    for s in sub.choices.values():
+        g = s.add_mutually_exclusive_group()
+        g.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+        g.add_argument("-v", "--verbose", action="store_true", help="one detail line per step (and per epoch) on stderr")
     return p
 
 
@@ -203,14 +279,25 @@ def _extensions():
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if "corpus" in args and args.corpus is None:
+        args.corpus = default_corpus()
     if getattr(args, "json_out", None):
         args.json = True
     console = Console(highlight=False, soft_wrap=True)
+    from .progress import Tracker
+    args.tracker = Tracker(console, quiet=args.quiet, verbose=args.verbose)
     try:
         return args.func(args, console)
     except ShellError as e:
         print(f"shell {args.command}: {e}", file=sys.stderr)
         return e.exit_code
+    except ModuleNotFoundError as e:
+        top = (e.name or "").split(".")[0]
+        if top not in EXTRAS:
+            raise
+        print(f"shell {args.command}: needs {top}, which is not installed here: "
+              f"pip install 'decoder-shell[{EXTRAS[top]}]'", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print("shell: interrupted", file=sys.stderr)
         return 130

@@ -11,7 +11,7 @@ so a phase has S+1 reductions and S-1 post/pre boundaries (dsv4-flash verify: 87
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from .contracts.mhc import MhcParams
 from .errors import UsageError
@@ -20,6 +20,33 @@ REDUCE_DTYPES = ("bfloat16", "float32")
 #: Bounds that keep every tensor a corpus can declare far below what a host can allocate.
 MAX_HIDDEN, MAX_LAYERS, MAX_ROWS, MAX_RANKS = 65536, 1024, 1024, 64
 DRAFT_KINDS = {"mtp1": 1, "dspark": 3}  # draft kind -> stages (each stage: attention + MoE)
+#: The commands an FFN sub-block of a MoE draft phase runs before its all-reduce (commands/moe_ops.py).
+MOE_OPS = ("moe_qdq", "moe_gate", "moe_routed", "moe_shared", "moe_combine")
+MOE_WEIGHTS = ("packed", "expanded")
+
+
+@dataclass(frozen=True)
+class MoeShape:
+    """The draft's quantized MoE: routed experts (MXFP4), one shared expert (FP8 32x32 blocks), top-k
+    routing; `width` is the whole expert width, split evenly over the TP ranks (seed section 3)."""
+
+    experts: int = 128
+    top_k: int = 3
+    width: int = 2304
+    weights: str = "packed"  # "packed" (official codes + scales) | "expanded" (decoded once to bf16)
+
+    def check(self, hidden: int, ranks: int) -> None:
+        checks = [
+            (1 <= self.experts <= 1024, "MoE experts must be between 1 and 1024"),
+            (1 <= self.top_k <= min(self.experts, 16), "MoE top-k must be between 1 and min(experts, 16)"),
+            (hidden % 32 == 0, "a MoE draft needs a hidden size on the 32-grid"),
+            (self.width > 0 and self.width % (32 * ranks) == 0,
+             f"MoE expert width {self.width} must split into 32-groups over {ranks} ranks"),
+            (self.weights in MOE_WEIGHTS, f"MoE weights must be one of {MOE_WEIGHTS}"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise UsageError(msg)
 
 
 @dataclass(frozen=True)
@@ -43,6 +70,7 @@ class Phase:
     name: str
     rows: int
     sub_blocks: int
+    moe: bool = False  # FFN sub-blocks run the MOE_OPS commands before their all-reduce
 
     def boundaries(self) -> list[Boundary]:
         out = [Boundary(self.name, 0, "allreduce", -1, "embed"),
@@ -50,9 +78,12 @@ class Phase:
         for s in range(self.sub_blocks):
             layer, sb = divmod(s, 2)
             kind = ("attn", "ffn")[sb]
-            out.append(Boundary(self.name, 2 * s + 2, "allreduce", layer, kind))
+            if self.moe and kind == "ffn":
+                base = len(out)
+                out.extend(Boundary(self.name, base + i, op, layer, kind) for i, op in enumerate(MOE_OPS))
+            out.append(Boundary(self.name, len(out), "allreduce", layer, kind))
             last = s == self.sub_blocks - 1
-            out.append(Boundary(self.name, 2 * s + 3, "mhc_post_head" if last else "mhc_post_pre",
+            out.append(Boundary(self.name, len(out), "mhc_post_head" if last else "mhc_post_pre",
                                 layer, "head" if last else kind))
         return out
 
@@ -69,6 +100,7 @@ class Geometry:
     hc: int = 4
     reduce_dtype: str = "bfloat16"
     mhc: MhcParams = field(default_factory=MhcParams)
+    moe: MoeShape | None = None  # set: the draft phase's FFN sub-blocks are real MoE commands
 
     def __post_init__(self):
         for name in ("hidden", "layers", "ranks", "verify_rows", "draft_rows", "hc"):
@@ -87,12 +119,14 @@ class Geometry:
         for ok, msg in checks:
             if not ok:
                 raise UsageError(msg)
+        if self.moe is not None:
+            self.moe.check(self.hidden, self.ranks)
 
     @property
     def phases(self) -> list[Phase]:
         out = []
         if self.draft_rows:
-            out.append(Phase("draft", self.draft_rows, 2 * DRAFT_KINDS[self.draft_kind]))
+            out.append(Phase("draft", self.draft_rows, 2 * DRAFT_KINDS[self.draft_kind], self.moe is not None))
         out.append(Phase("verify", self.verify_rows, 2 * self.layers))
         return out
 
@@ -112,6 +146,8 @@ class Geometry:
     def from_json(cls, d: dict) -> "Geometry":
         d = dict(d)
         d["mhc"] = MhcParams(**d.get("mhc", {}))
+        if d.get("moe") is not None:
+            d["moe"] = MoeShape(**d["moe"])
         return cls(**d)
 
 
@@ -119,12 +155,22 @@ PRESETS = {
     "tiny": dict(hidden=64, layers=2),
     "dsv4-flash": dict(hidden=4096, layers=43),
     "dsv4-pro": dict(hidden=7168, layers=61),
+    # MoE drafts (docs/MOE.md): the draft phase's FFN sub-blocks are real quantized MoE commands.
+    "tiny-moe": dict(hidden=64, layers=1, moe=MoeShape(experts=8, top_k=3, width=128)),
+    # DeepSeek-V4.1-Flash-1017 DSpark draft (hidden 5120, 128 routed experts, top-3, width 2304); the
+    # verify phase is a one-layer skeleton: this preset measures the draft.
+    "dsv41-draft": dict(hidden=5120, layers=1, moe=MoeShape(experts=128, top_k=3, width=2304)),
 }
 
 
 def preset(name: str, *, tp: int = 2, verify_rows: int = 2, draft_rows: int = 1,
-           draft_kind: str = "mtp1", reduce_dtype: str = "bfloat16") -> Geometry:
+           draft_kind: str = "mtp1", reduce_dtype: str = "bfloat16", moe_weights: str | None = None) -> Geometry:
     if name not in PRESETS:
         raise UsageError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    shape = dict(PRESETS[name])
+    if moe_weights is not None:
+        if shape.get("moe") is None:
+            raise UsageError(f"--moe-weights applies to the MoE presets, not {name!r}")
+        shape["moe"] = replace(shape["moe"], weights=moe_weights)
     return Geometry(preset=name, ranks=tp, verify_rows=verify_rows, draft_rows=draft_rows,
-                    draft_kind=draft_kind, reduce_dtype=reduce_dtype, **PRESETS[name])
+                    draft_kind=draft_kind, reduce_dtype=reduce_dtype, **shape)

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHIPPED_CORPUS = REPO / "corpus"
+SHIPPED_CORPUS = REPO / "decoder_shell" / "data" / "corpus"  # also reachable as ./corpus
 
 
 # --- the CLI as a subprocess -------------------------------------------------------------------

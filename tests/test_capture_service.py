@@ -247,7 +247,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, tp2_shell):
     token.chmod(0o600)
     port = free_port()
     _one_line_error(shell("capture", "--from-service", f"http://127.0.0.1:{port}", "--token-file", token,
-                          "--out", tmp_path / "o"), 2)
+                          "--out", tmp_path / "o", "--ready-timeout", "0.5"), 2)
     _one_line_error(shell("capture", "--from-service", "http://10.1.2.3:80", "--token-file", token,
                           "--out", tmp_path / "o"), 2)
     _one_line_error(shell("capture", "--from-service", tp2_shell.url, "--token-file", tmp_path / "missing",

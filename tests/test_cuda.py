@@ -92,6 +92,7 @@ def test_a_session_whose_kernel_does_not_compile_gives_back_its_device_memory():
     from decoder_shell.errors import BuildError
     from decoder_shell.geometry import preset
     from decoder_shell.replay.candidates import KernelCandidate
+    _cuda()
     drv = get_driver("cuda", placement="emulated")
     cyc = build_cycle(preset("dsv4-flash", tp=2, verify_rows=2, draft_rows=1), RingContract())
     mhc = next(c for c in cyc.commands if c.op != "allreduce")

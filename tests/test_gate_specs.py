@@ -106,14 +106,25 @@ def test_spec_that_is_not_json(tmp_path):
         load_kernel_spec(path)
 
 
-def test_binary_and_opencl_specs_infer_their_format(tmp_path):
+def test_binary_and_source_specs_infer_their_format(tmp_path):
     (tmp_path / "k.cubin").write_bytes(bytes(range(256)))
-    (tmp_path / "k.cl").write_text("__kernel void k() {}\n")
+    (tmp_path / "k.cu").write_text('extern "C" __global__ void k() {}\n')
     (tmp_path / "b.json").write_text(json.dumps({**{k: v for k, v in GOOD.items() if k != "source"},
                                                  "binary": "k.cubin"}))
-    (tmp_path / "c.json").write_text(json.dumps({**GOOD, "source": "k.cl", "block": 64, "grid": [1, 2, 3]}))
+    (tmp_path / "c.json").write_text(json.dumps({**GOOD, "source": "k.cu", "block": 64, "grid": [1, 2, 3]}))
     b = load_kernel_spec(tmp_path / "b.json")
     assert (b.kind, b.language, b.code) == ("binary", "cubin", bytes(range(256)))
     c = load_kernel_spec(tmp_path / "c.json")
-    assert (c.kind, c.language, c.block, c.grid) == ("source", "opencl", (64, 1, 1), (1, 2, 3))
+    assert (c.kind, c.language, c.block, c.grid) == ("source", "cuda", (64, 1, 1), (1, 2, 3))
     assert c.args[-1].kind == "i32" and c.args[-1].value == 3
+
+
+@pytest.mark.parametrize("name,field", [("k.cl", "source"), ("k.spv", "binary")])
+def test_specs_no_driver_can_run_are_refused_when_read(tmp_path, name, field):
+    (tmp_path / name).write_bytes(b"__kernel void k() {}\n")
+    spec = {**{k: v for k, v in GOOD.items() if k != "source"}, field: name}
+    (tmp_path / "s.json").write_text(json.dumps(spec))
+    with pytest.raises(UsageError) as err:
+        load_kernel_spec(tmp_path / "s.json")
+    msg = str(err.value)
+    assert msg.startswith(str(tmp_path / "s.json")) and "no driver runs" in msg and "\n" not in msg

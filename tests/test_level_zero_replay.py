@@ -84,6 +84,16 @@ def test_delete_variant_leaves_poison(driver):
         assert (y.view("uint16") == 0xFFFF).all()
 
 
+def test_list_candidates_names_what_the_driver_runs(driver):
+    """The variants --list-candidates shows are the ones a load accepts; an unknown one is refused."""
+    import json
+    offered = driver.available_variants()
+    assert set(offered) == {"delete"} and all(offered.values())
+    r = shell("gate", "--list-candidates", "--driver", "level-zero", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["variants"] == offered
+
+
 def test_unknown_variant_is_usage_error(driver):
     from decoder_shell.commands.program import build_cycle
     from decoder_shell.errors import UsageError

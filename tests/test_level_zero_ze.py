@@ -140,3 +140,14 @@ def test_command_list_replay_on_gpu():
     root = Path(__file__).resolve().parents[1] / "corpus"
     res = replay(Corpus.open(root), LevelZeroDriver("gpu"), epochs=5, changed=2)
     assert res.exact and "Level Zero GPU" in res.driver
+
+
+def test_result_names_match_the_header():
+    """Every ze_result_t value and name of ze_api.h, none invented or misnumbered."""
+    import re
+    needs(HEADER.is_file(), "libze-dev headers")
+    text = HEADER.read_text()
+    enum = text[text.index("typedef enum _ze_result_t"):text.index("} ze_result_t;")]
+    want = {int(v, 0): n for n, v in re.findall(r"(ZE_RESULT_\w+)\s*=\s*(0x[0-9a-fA-F]+|\d+)", enum)
+            if n != "ZE_RESULT_FORCE_UINT32"}
+    assert ze.RESULT_NAMES == want

@@ -24,6 +24,8 @@ def register(sub) -> None:
     s.add_argument("--draft-rows", type=int, help="override the draft rows")
     s.add_argument("--reduce-dtype", choices=REDUCE_DTYPES, help="override the all-reduce dtype")
     s.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for every rank (default 300)")
+    s.add_argument("--ready-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="seconds to wait for the service to listen and write its token file (default 30)")
     s.add_argument("--json", action="store_true", help="print the verify summary as JSON")
     s.set_defaults(func=_capture)
 

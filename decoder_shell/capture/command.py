@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -40,6 +42,9 @@ def capture_geometry(info: dict, args) -> Geometry:
         raise UsageError("the service declares no geometry; pass --preset (and --verify-rows/--draft-rows)")
     if args.phase == "verify":
         g = replace(g, draft_rows=0)
+    if g.moe is not None and g.draft_rows:
+        raise UsageError(f"capture does not record MoE draft commands yet (preset {g.preset}); "
+                         f"capture with --phase verify or a preset without MoE")
     return g
 
 
@@ -48,8 +53,13 @@ def cmd_capture(args, console: Console) -> int:
         raise UsageError("--cycles must be at least 1")
     if args.timeout <= 0:
         raise UsageError("--timeout must be positive")
+    if not 0 <= args.ready_timeout <= 24 * 3600:
+        raise UsageError("--ready-timeout must be between 0 and 86400 seconds")
     base, port = parse_service_url(args.from_service)
-    token = read_token(Path(args.token_file) if args.token_file else default_token_file(port))
+    err = Console(stderr=True, highlight=False)
+    spin = err.is_terminal and not args.json and not getattr(args, "quiet", False)
+    token_file = Path(args.token_file) if args.token_file else default_token_file(port)
+    token = wait_until_ready(base, port, token_file, args.ready_timeout, err if spin else None)
     client = ServiceClient(base, token)
     info = client.request("GET", "/capture/info")
     g = capture_geometry(info, args)
@@ -72,6 +82,46 @@ def cmd_capture(args, console: Console) -> int:
     else:
         _render(summary, console)
     return 0 if summary["ok"] else 1
+
+
+def wait_until_ready(base: str, port: int, token_file: Path, timeout: float, err: Console | None) -> str:
+    """Wait (with a spinner on a terminal) until something listens on the service's port and its
+    token file exists, so `capture` right after `serve-reference &` does not race its start-up;
+    returns the token. Nothing listening after `timeout` seconds is `connection refused`."""
+    from urllib.parse import urlsplit
+    host = urlsplit(base).hostname
+    deadline = time.monotonic() + timeout
+    status = err.status(f"waiting for the service at {base} (up to {timeout:g} s)") if err else nullcontext()
+    with status:
+        while True:
+            try:
+                with socket.create_connection((host, port), timeout=2.0):
+                    break
+            except ConnectionRefusedError:
+                reason = "connection refused"
+            except OSError as e:
+                reason = e.strerror or str(e)
+            if time.monotonic() >= deadline:
+                raise ServiceUnreachable(f"cannot reach {base}: {reason} (waited {timeout:g} s, see --ready-timeout; "
+                                         "is the service running?)")
+            time.sleep(0.2)
+        while not token_file.exists() and time.monotonic() < deadline and not _answers(base):
+            time.sleep(0.2)
+    return read_token(token_file)
+
+
+def _answers(base: str) -> bool:
+    """Whether the service already answers HTTP: it writes its token file before it serves, so a
+    missing file will not appear any more (wrong --token-file) and waiting longer is pointless."""
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(base + "/capture/info", timeout=1.0):
+            return True
+    except urllib.error.HTTPError:
+        return True  # 401 without a token: up and serving
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
 
 
 class _Driver:
@@ -101,7 +151,8 @@ def _follow(client: ServiceClient, capture_id: str, g: Geometry, args, err: Cons
     total = g.ranks * len(g.boundaries()) * args.cycles
     deadline = time.monotonic() + args.timeout
     columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=False, disable=args.json or not err.is_terminal) as bar:
+    quiet = args.json or getattr(args, "quiet", False) or not err.is_terminal
+    with Progress(*columns, console=err, transient=False, disable=quiet) as bar:
         task = bar.add_task("armed, waiting for the next cycle", total=total)
         while True:
             try:
@@ -158,24 +209,37 @@ def _verify_all(status: dict, g: Geometry) -> dict:
 
 
 def _render(s: dict, console: Console) -> None:
+    """The same style as `shell verify`: titled tables, MiB in text (the JSON keeps bytes)."""
     g = s["geometry"]
-    console.print(f"captured {len(s['corpora'])} cycle(s) from cycle {s['start_cycle']} "
-                  f"(TP{g['ranks']}, hidden {g['hidden']}, {g['layers']} layers, verify rows {g['verify_rows']}, "
-                  f"draft rows {g['draft_rows']}); blobs written {s['blobs_new']}, reused {s['blobs_reused']}")
+    console.print(f"captured {len(s['corpora'])} cycle(s) from cycle {s['start_cycle']}: TP{g['ranks']}, "
+                  f"D={g['hidden']}, layers={g['layers']}, verify M={g['verify_rows']}, draft M={g['draft_rows']}")
+    folders = sorted({str(Path(c["corpus"]).parent) for c in s["corpora"]}) if len(s["corpora"]) > 1 else \
+        [c["corpus"] for c in s["corpora"]]
+    console.print("into " + ", ".join(folders))
+    t = Table(title="cycles captured (times at the slowest rank)")
+    for c in ("cycle", "armed ms", "write ms", "linked", "cross-rank", "MiB ref", "MiB stored"):
+        t.add_column(c, justify="left" if c == "cycle" else "right")
     for k, c in enumerate(s["corpora"]):
-        console.print(f"[bold]{c['corpus']}[/bold]: armed cycle {s['armed_cycle_ms'][k]:.1f} ms, "
-                      f"written in {s['write_ms'][k]:.1f} ms (slowest rank)")
-        console.print(f"  linked: {_yes(c['linked'])}   cross-rank exact: {_yes(c['cross_rank_exact'])}")
+        n = c["counts"]
+        t.add_row(Path(c["corpus"]).name, f"{s['armed_cycle_ms'][k]:.1f}", f"{s['write_ms'][k]:.1f}",
+                  _yes(c["linked"]), _yes(c["cross_rank_exact"]), f"{n.get('referenced_bytes', 0) / 2**20:.2f}",
+                  f"{n.get('stored_bytes', 0) / 2**20:.2f}")
+    console.print(t)
+    console.print(f"blobs: {s['blobs_new']} written, {s['blobs_reused']} reused (a tensor already in the store, "
+                  "such as a weight replicated across ranks or an op's output that the next op reads, is stored once)")
+    for c in s["corpora"]:
         inf = c["inference"]
-        console.print(f"  collective contract: {inf.get('description', c['contract'])}")
-        t = Table("op", "boundaries", "exact", "mismatched elements", "max ulp", box=None, pad_edge=False)
+        console.print(f"collective contract: {inf.get('description', c['contract'])}")
+        pt = Table(title=f"contract parity of {Path(c['corpus']).name} (each op recomputed from its captured inputs)")
+        for col in ("op", "boundaries", "exact", "mismatched elements", "max ulp"):
+            pt.add_column(col, justify="right")
         for op, p in c["parity"].items():
-            t.add_row(op, str(p["boundaries"]), str(p["exact"]), str(p["mismatched_elements"]), f"{p['max_ulp']:g}")
-        console.print(t)
+            pt.add_row(op, str(p["boundaries"]), str(p["exact"]), str(p["mismatched_elements"]), f"{p['max_ulp']:g}")
+        console.print(pt)
         if c["mhc_exact"]:
-            console.print("  mHC parity: bit-exact with the contract (replay expects the captured outputs)")
+            console.print("mHC parity: bit-exact with the contract (replay expects the captured outputs)")
         else:
-            console.print(f"  mHC parity: up to {c['mhc_max_ulp']:g} ulp from the contract; corpus marked "
+            console.print(f"mHC parity: up to {c['mhc_max_ulp']:g} ulp from the contract; corpus marked "
                           "[bold]rebased[/bold] (replay expects the contract's outputs from the captured inputs)")
     console.print("verify: " + ("ok" if s["ok"] else "[red]FAILED[/red]"))
 

@@ -110,8 +110,11 @@ def send_json(handler: BaseHTTPRequestHandler, code: int, payload: dict) -> None
     handler.send_header("Content-Length", str(len(data)))
     if code == 401:
         handler.send_header("WWW-Authenticate", "Bearer")
-    handler.end_headers()
-    handler.wfile.write(data)
+    try:
+        handler.end_headers()
+        handler.wfile.write(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the client left before the answer (a capture that finished while its generate request ran)
 
 
 class _Handler(BaseHTTPRequestHandler):

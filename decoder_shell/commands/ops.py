@@ -10,6 +10,7 @@ from ..contracts import mhc
 from ..contracts.allreduce import RingContract, allreduce
 from ..contracts.mhc import MhcParams
 from ..geometry import Boundary, Geometry
+from . import moe_ops
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,10 @@ def op_tensors(b: Boundary, g: Geometry) -> list[TensorSpec]:
     """The tensors a boundary records, in a fixed order."""
     m = g.phase(b.phase).rows
     d, hc, rd = g.hidden, g.hc, g.reduce_dtype
+    if moe_ops.is_moe(b.op):
+        return moe_ops.tensors(b, g, TensorSpec)
+    if g.phase(b.phase).moe and b.sub_block in ("ffn", "head") and b.layer >= 0:
+        rd = "float32"  # a MoE sub-block reduces its fp32 combine output; the mHC reads the fp32 sum
     if b.op == "allreduce":
         return [TensorSpec("x", "input", rd, (m, d)), TensorSpec("out", "output", rd, (m, d))]
     n_mix = hc if b.op == "mhc_post_head" else (2 + hc) * hc
@@ -49,12 +54,16 @@ def op_tensors(b: Boundary, g: Geometry) -> list[TensorSpec]:
 
 def links(b: Boundary, phase_boundaries: list[Boundary]) -> dict[str, tuple[int, str]]:
     """Inputs of `b` produced by an earlier boundary of the same phase: name -> (index, output name)."""
+    if moe_ops.is_moe(b.op):
+        return moe_ops.links(b, phase_boundaries)
     if b.op == "allreduce":
+        if b.index and phase_boundaries[b.index - 1].op == "moe_combine":
+            return {"x": (b.index - 1, "out")}
         return {}
     prev_reduce = b.index - 1
     if b.op == "mhc_pre":
         return {"x": (prev_reduce, "out")}
-    prev_mhc = b.index - 2
+    prev_mhc = max(x.index for x in phase_boundaries[:b.index] if x.op.startswith("mhc"))
     return {"x": (prev_reduce, "out"), "residual": (prev_mhc, "streams"),
             "post": (prev_mhc, "next_post"), "comb": (prev_mhc, "next_comb")}
 
@@ -71,6 +80,13 @@ def run_mhc(op: str, t: dict[str, np.ndarray], p: MhcParams, hc: int = 4, exp=No
     if op == "mhc_post_head":
         return mhc.mhc_post_head(t["x"], t["residual"], t["post"], t["comb"], t["fn"], t["base"], t["scale"], p, **e)
     raise ValueError(f"unknown mHC op {op!r}")
+
+
+def run_local(op: str, t: dict[str, np.ndarray], g: Geometry) -> dict[str, np.ndarray]:
+    """Run one rank-local op (mHC or MoE) on named tensors; returns its named outputs."""
+    if moe_ops.is_moe(op):
+        return moe_ops.run(op, t, g)
+    return run_mhc(op, t, g.mhc, g.hc)
 
 
 def _next(out: dict) -> dict:

@@ -104,8 +104,7 @@ def run_command(cyc: Cycle, cmd: Command, values: list[dict[int, np.ndarray]]) -
     if cmd.op == "allreduce":
         out = ops.run_allreduce([v[cmd.inputs["x"]] for v in values], cyc.contract)
         return [{"out": out} for _ in values]
-    return [ops.run_mhc(cmd.op, {k: v[i] for k, i in cmd.inputs.items()}, cyc.geometry.mhc, cyc.geometry.hc)
-            for v in values]
+    return [ops.run_local(cmd.op, {k: v[i] for k, i in cmd.inputs.items()}, cyc.geometry) for v in values]
 
 
 def reference(cyc: Cycle, injected: list[dict[int, np.ndarray]]) -> list[dict[int, np.ndarray]]:

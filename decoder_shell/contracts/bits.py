@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-_UINT = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def bits(a: np.ndarray) -> np.ndarray:

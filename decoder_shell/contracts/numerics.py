@@ -13,7 +13,7 @@ import numpy as np
 F32 = np.dtype(np.float32)
 BF16 = np.dtype(ml_dtypes.bfloat16)
 #: dtype names as manifests and geometries write them.
-DTYPES = {"bfloat16": BF16, "float32": F32}
+DTYPES = {"bfloat16": BF16, "float32": F32, "uint8": np.dtype(np.uint8), "int32": np.dtype(np.int32)}
 
 
 def dtype_of(name: str) -> np.dtype:
@@ -92,3 +92,33 @@ def seq_sum(terms: np.ndarray, axis: int) -> np.ndarray:
     for t in terms[1:]:
         acc = acc + t
     return acc
+
+
+#: log1p(u) = 2 * atanh(f), f = u / (2 + u): odd-series coefficients 1/(2j+1) for j = 9..0, Horner in f^2.
+LOG1P_POLY = tuple(_f(1.0 / (2 * j + 1)) for j in range(9, -1, -1))
+
+
+def plog1p(u: np.ndarray) -> np.ndarray:
+    """Portable log(1 + u) for u in [0, 1], written with + - * / only (f <= 1/3, so 10 terms of
+    the atanh series leave a truncation error far below an fp32 ulp):
+    f = u / (2 + u); s = f*f; p = Horner(LOG1P_POLY, s); result = (2*f) * p."""
+    u = np.asarray(u, dtype=F32)
+    f = u / (_f(2.0) + u)
+    s = f * f
+    p = np.full_like(f, LOG1P_POLY[0])
+    for c in LOG1P_POLY[1:]:
+        p = p * s + c
+    return (_f(2.0) * f) * p
+
+
+def psoftplus(x: np.ndarray) -> np.ndarray:
+    """Portable softplus(x) = log(1 + e^x) = max(x, 0) + log1p(e^-|x|), with `x > 0 ? x : 0`
+    (so -0.0 gives +0.0 before the addition) and pexp / plog1p above."""
+    x = np.asarray(x, dtype=F32)
+    return np.where(x > 0, x, _f(0.0)).astype(F32) + plog1p(pexp(-np.abs(x)))
+
+
+def psilu(g: np.ndarray) -> np.ndarray:
+    """Portable silu(g) = g / (1 + pexp(-g)) in fp32."""
+    g = np.asarray(g, dtype=F32)
+    return g / (_f(1.0) + pexp(-g))

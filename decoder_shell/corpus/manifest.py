@@ -26,14 +26,18 @@ class TensorEntry:
     dtype: str
     shape: tuple
     digest: str
+    recipe: dict | None = None  # set: generated from this recipe, not stored as a blob (corpus/recipe.py)
 
     @property
     def nbytes(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64)) * DTYPES[self.dtype].itemsize
 
     def to_json(self) -> dict:
-        return {"name": self.name, "role": self.role, "dtype": self.dtype, "shape": list(self.shape),
-                "digest": self.digest}
+        d = {"name": self.name, "role": self.role, "dtype": self.dtype, "shape": list(self.shape),
+             "digest": self.digest}
+        if self.recipe is not None:
+            d["recipe"] = self.recipe
+        return d
 
 
 @dataclass(frozen=True)
@@ -107,5 +111,9 @@ def parse(path: Path, expected: Boundary, rank: int, g: Geometry, raw: bytes | N
         digest = t.get("digest")
         if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
             raise bad(f"tensor {spec.name!r} digest {str(digest)[:80]!r} is not 64 lowercase hex characters")
-        entries.append(TensorEntry(spec.name, spec.role, spec.dtype, spec.shape, digest))
+        recipe = t.get("recipe")
+        if recipe is not None and (not isinstance(recipe, dict) or len(json.dumps(recipe)) > 4096
+                                   or spec.role != "param"):
+            raise bad(f"tensor {spec.name!r} recipe is not a small JSON object on a param")
+        entries.append(TensorEntry(spec.name, spec.role, spec.dtype, spec.shape, digest, recipe))
     return Manifest(expected, rank, tuple(entries), attrs)

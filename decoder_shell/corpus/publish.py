@@ -33,7 +33,7 @@ class CorpusLock:
     """An exclusive fcntl lock on `<parent>/.<name>.lock`; the file holds the holder's pid."""
 
     def __init__(self, target: Path):
-        self.target = Path(os.path.abspath(target))
+        self.target = Path(os.path.realpath(target))  # a corpus reached through a link has one lock
         self.path = self.target.parent / f".{self.target.name}.lock"
         self.fd: int | None = None
 
@@ -98,7 +98,7 @@ class Staging:
     """One writer's staging folder for `target`, under the target's lock. begin, write, publish or abandon."""
 
     def __init__(self, target: Path, replace: bool = False):
-        self.target = Path(os.path.abspath(target))
+        self.target = Path(os.path.realpath(target))  # replace the folder a link names, never the link
         self.replace = replace
         self.lock = CorpusLock(self.target)
         self.dir: Path | None = None

@@ -14,7 +14,7 @@ import jsonschema
 from jsonschema import Draft202012Validator
 
 from ..errors import CorpusError
-from ..geometry import DRAFT_KINDS, MAX_HIDDEN, MAX_LAYERS, MAX_RANKS, MAX_ROWS, REDUCE_DTYPES
+from ..geometry import DRAFT_KINDS, MAX_HIDDEN, MAX_LAYERS, MAX_RANKS, MAX_ROWS, MOE_WEIGHTS, REDUCE_DTYPES
 
 #: Bounds of the numbers in corpus.json that are not sizes (DeepSeek-V4: 20 iterations, eps 1e-6).
 MAX_SINKHORN_ITERS = 100
@@ -49,6 +49,9 @@ GEOMETRY = {
         "mhc": {"type": "object", "additionalProperties": False,
                 "properties": {"hc_eps": _EPS, "norm_eps": _EPS,
                                "sinkhorn_iters": _int(1, MAX_SINKHORN_ITERS)}},
+        "moe": {"type": ["object", "null"], "additionalProperties": False,
+                "properties": {"experts": _int(1, 1024), "top_k": _int(1, 16), "width": _int(1, 1 << 20),
+                               "weights": {"enum": list(MOE_WEIGHTS)}}},
     },
 }
 

@@ -25,7 +25,8 @@ from ..errors import CorpusError, UsageError
 from ..geometry import Boundary, Geometry
 from . import manifest as mf
 from ..atomic import write_atomic
-from .blobs import BlobStore
+from . import recipe as rc
+from .blobs import BlobStore, digest_of
 from .files import parse_json, read_regular
 from .schema import CORPUS, check
 
@@ -154,18 +155,26 @@ class Corpus:
         self.sealed = True
 
     # --- manifests and tensors -----------------------------------------------------------
-    def write(self, b: Boundary, rank: int, tensors: dict[str, np.ndarray], attrs: dict | None = None) -> mf.Manifest:
-        """Store a boundary's tensors (blobs first, manifest last, each atomic)."""
+    def write(self, b: Boundary, rank: int, tensors: dict[str, np.ndarray], attrs: dict | None = None,
+              recipes: dict | None = None) -> mf.Manifest:
+        """Store a boundary's tensors (blobs first, manifest last, each atomic). A tensor named in
+        `recipes` is recorded as its recipe and digest (checked here: the recipe must reproduce it)."""
+        recipes = recipes or {}
         entries = []
         for spec in op_tensors(b, self.geometry):
             a = np.ascontiguousarray(tensors[spec.name])
             if a.dtype != mf.dtype_of(spec.dtype) or a.shape != spec.shape:
                 raise UsageError(f"{b.name} rank {rank}: tensor {spec.name} is {a.dtype}{list(a.shape)}, "
                                  f"expected {spec.dtype}{list(spec.shape)}")
-            digest, new = self.blobs.put(a.tobytes())
-            self.new_blobs += new
-            self.reused_blobs += not new
-            entries.append(mf.TensorEntry(spec.name, spec.role, spec.dtype, spec.shape, digest))
+            if spec.name in recipes:
+                digest = digest_of(a.tobytes())
+                rc.load(recipes[spec.name], a.dtype, a.shape, digest, f"{b.name} rank {rank} tensor {spec.name}")
+            else:
+                digest, new = self.blobs.put(a.tobytes())
+                self.new_blobs += new
+                self.reused_blobs += not new
+            entries.append(mf.TensorEntry(spec.name, spec.role, spec.dtype, spec.shape, digest,
+                                          recipes.get(spec.name)))
         m = mf.Manifest(b, rank, tuple(entries), attrs or {})
         write_atomic(mf.manifest_path(self.root, b, rank), mf.encode(m))
         self._manifest_bytes.pop(self._manifest_rel(b, rank), None)
@@ -183,18 +192,23 @@ class Corpus:
                 yield self.manifest(b, r)
 
     def load(self, t: mf.TensorEntry) -> np.ndarray:
-        data = self.blobs.get(t.digest, t.nbytes)
+        if t.recipe is not None:
+            data = rc.load(t.recipe, mf.dtype_of(t.dtype), t.shape, t.digest,
+                           f"{self.root}: tensor {t.name} ({t.digest[:16]})")
+        else:
+            data = self.blobs.get(t.digest, t.nbytes)
         return np.frombuffer(data, dtype=mf.dtype_of(t.dtype)).reshape(t.shape)
 
     def finalize(self) -> None:
         """Recount blobs and bytes into corpus.json."""
         raw, count, refs = 0, 0, 0
         seen = set()
+        recipes = set()
         for m in self.manifests():
             for t in m.tensors:
                 refs += 1
                 raw += t.nbytes
-                seen.add((t.digest, t.nbytes))
+                (recipes if t.recipe is not None else seen).add((t.digest, t.nbytes))
         stored = 0
         for digest, nbytes in seen:
             stored += self.blobs.stored_size(digest)
@@ -202,5 +216,6 @@ class Corpus:
         unique_raw = sum(n for _, n in seen)
         self.info.counts = {"manifests": self.geometry.ranks * len(self.geometry.boundaries()),
                             "tensor_refs": refs, "blobs": count, "referenced_bytes": raw,
-                            "unique_bytes": unique_raw, "stored_bytes": stored}
+                            "unique_bytes": unique_raw, "stored_bytes": stored,
+                            "recipe_tensors": len(recipes), "recipe_bytes": sum(n for _, n in recipes)}
         self.save()

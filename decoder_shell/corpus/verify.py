@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..commands.ops import run_allreduce, run_mhc
+from ..commands.ops import run_allreduce, run_local
 from ..commands.program import build_cycle
 from ..contracts.bits import max_ulp, mismatches
 from .bind import bind
 from .store import Corpus
 
 
-def verify(corpus: Corpus, progress=None) -> dict:
+def verify(corpus: Corpus, progress=None, parity_progress=None) -> dict:
     """Check everything a replay relies on; returns a report (raises CorpusError on unreadable data).
 
     Parity recomputes every op from its own captured inputs (not chained), so one inexact op is
-    reported where it happens instead of spreading down the cycle."""
+    reported where it happens instead of spreading down the cycle. `progress(cmd)` follows the reading,
+    `parity_progress(cmd)` the recomputing, one call per command each."""
     g = corpus.geometry
     cyc = build_cycle(g, corpus.info.contract())
     bound = bind(corpus, cyc, progress)
@@ -41,7 +42,7 @@ def verify(corpus: Corpus, progress=None) -> dict:
             got = run_allreduce([values[r][cmd.inputs["x"]] for r in range(g.ranks)], cyc.contract)
             results = [{"out": got}] * g.ranks
         else:
-            results = [run_mhc(cmd.op, {k: values[r][i] for k, i in cmd.inputs.items()}, g.mhc, g.hc)
+            results = [run_local(cmd.op, {k: values[r][i] for k, i in cmd.inputs.items()}, g)
                        for r in range(g.ranks)]
         p = parity[cmd.op]
         p["boundaries"] += 1
@@ -53,6 +54,8 @@ def verify(corpus: Corpus, progress=None) -> dict:
                     n_all += n
                     ulp = max(ulp, max_ulp(results[r][name], values[r][bid]))
         p["exact"] += n_all == 0
+        if parity_progress:
+            parity_progress(cmd)
         p["mismatched_elements"] += n_all
         p["max_ulp"] = max(p["max_ulp"], ulp)
 

@@ -44,4 +44,17 @@ def get_driver(name: str = "auto", **options) -> Driver:
     return LevelZeroDriver(**options)
 
 
-__all__ = ["Driver", "Session", "get_driver", "NAMES"]
+def probe() -> dict[str, str]:
+    """Each driver's state here (for `shell --version`): "available: <description>" or
+    "unavailable: <one-line reason>"."""
+    from ..errors import ShellError
+    out = {}
+    for name in NAMES[1:]:
+        try:
+            out[name] = "available: " + get_driver(name).describe()
+        except ShellError as e:
+            out[name] = "unavailable: " + str(e).removeprefix(f"{name} driver unavailable: ")
+    return out
+
+
+__all__ = ["Driver", "Session", "get_driver", "probe", "NAMES"]

@@ -12,9 +12,10 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from ..commands.program import Cycle
+from ..errors import UsageError
 
 #: Poison bit patterns (quiet NaNs): an element the cycle fails to write cannot compare equal.
-POISON = {2: np.uint16(0xFFFF), 4: np.uint32(0xFFFFFFFF)}
+POISON = {1: np.uint8(0xFF), 2: np.uint16(0xFFFF), 4: np.uint32(0xFFFFFFFF)}
 
 
 def poison_like(shape, dtype) -> np.ndarray:
@@ -61,6 +62,15 @@ class Session(ABC):
 
     def __exit__(self, *exc):
         self.close()
+
+
+def refuse_moe(cycle: Cycle, driver: str) -> None:
+    """Drivers whose cycle graphs do not hold the MoE draft commands yet refuse such a cycle in one line
+    (their kernels exist: drivers/cuda/moe.cu, checked by tools/cuda_check_moe.py)."""
+    from ..geometry import MOE_OPS
+    if any(c.op in MOE_OPS for c in cycle.commands):
+        raise UsageError(f"the {driver} driver does not replay the MoE draft commands ({', '.join(MOE_OPS)}) yet; "
+                         f"replay this corpus with --driver cpu")
 
 
 class Driver(ABC):

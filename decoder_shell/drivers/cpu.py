@@ -15,11 +15,13 @@ import numpy as np
 
 from ..commands import ops
 from ..commands.program import Command, Cycle, run_command
+from ..contracts.quant import QuantInputError
 from ..errors import UsageError
+from ..geometry import MOE_OPS
 from .base import Driver, Session, poison_like
 
-_ALL = ("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head")
-_MHC = _ALL[1:]
+_MHC = ("mhc_pre", "mhc_post_pre", "mhc_post_head")
+_ALL = ("allreduce", *_MHC, *MOE_OPS)
 
 #: Variant name -> (ops it applies to, one-line description). "baseline" is what unnamed commands run.
 CPU_VARIANTS = {
@@ -34,6 +36,7 @@ CPU_VARIANTS = {
 
 class CpuSession(Session):
     timing_meaningful = False
+    profile_how = "cpu driver, host numpy time of each command computed for every rank"
 
     def __init__(self, cycle: Cycle, variants: dict | None):
         self.cycle = cycle
@@ -66,20 +69,32 @@ class CpuSession(Session):
         with np.errstate(all="ignore"):
             return self._run()
 
+    def profile(self) -> list[tuple[int, str, float]]:
+        """One epoch, timed command by command: (command index, op, host ms for all ranks together)."""
+        self.run()
+        return list(self._nodes)
+
     def _run(self):
         times = [0.0] * self.cycle.ranks
+        self._nodes = []
         for cmd in self.cycle.commands:
             variant = self.variants.get(cmd.index, "baseline")
             if variant == "delete":
                 continue
             t0 = time.perf_counter()
-            results = self._results(cmd, variant)
+            try:
+                results = self._results(cmd, variant)
+            except QuantInputError:
+                if "delete" not in self.variants.values():
+                    raise
+                continue  # downstream of a deleted command: a MoE op refuses its poison; outputs stay poisoned
             if variant == "twice":
                 results = self._results(cmd, variant)
             for bufs, outs in zip(self.bufs, results):
                 for name, bid in cmd.outputs.items():
                     np.copyto(bufs[bid], outs[name])
             dt = (time.perf_counter() - t0) * 1e3
+            self._nodes.append((cmd.index, cmd.op, dt))
             share = dt if cmd.op == "allreduce" else dt / self.cycle.ranks
             for r in range(self.cycle.ranks):
                 times[r] += share
@@ -132,3 +147,7 @@ class CpuDriver(Driver):
 
     def describe(self):
         return "cpu (numpy reference)"
+
+    def versions(self) -> dict:
+        import platform
+        return {"runtime": f"numpy {np.__version__}", "processor": platform.processor() or platform.machine()}

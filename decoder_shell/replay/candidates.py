@@ -19,11 +19,12 @@ import blake3
 from ..commands import ops
 from ..commands.program import Cycle
 from ..errors import UsageError
+from ..geometry import MOE_OPS
 
 MHC_OPS = ("mhc_pre", "mhc_post_pre", "mhc_post_head")
-OPS = ("allreduce", *MHC_OPS)
+OPS = ("allreduce", *MHC_OPS, *MOE_OPS)
 #: Selector words -> the ops they select.
-GROUPS = {**{op: (op,) for op in OPS}, "mhc": MHC_OPS, "collectives": ("allreduce",)}
+GROUPS = {**{op: (op,) for op in OPS}, "mhc": MHC_OPS, "collectives": ("allreduce",), "moe": MOE_OPS}
 _BOUNDARY = re.compile(r"^[a-z]+\.\d{4}\.[a-z_]+$")
 
 
@@ -56,6 +57,9 @@ def select(cycle: Cycle, selector: str) -> tuple[int, ...]:
 # --- kernel candidates ---------------------------------------------------------------------------
 SOURCE_LANGUAGES = {".cu": "cuda", ".cl": "opencl"}
 BINARY_FORMATS = {".cubin": "cubin", ".ptx": "ptx", ".fatbin": "fatbin", ".spv": "spirv"}
+#: What some driver can run (the cuda driver: CUDA C through NVRTC, cubin/fatbin/PTX as they are). A spec
+#: in any other language is refused when it is read, not after a corpus and a driver were loaded.
+RUNNABLE = {("source", "cuda"), ("binary", "cubin"), ("binary", "ptx"), ("binary", "fatbin")}
 #: Scalar arguments a spec may bind by name.
 SCALARS = {"rows": "rows M of the command's phase", "hidden": "hidden size D", "hc": "residual streams HC",
            "ranks": "TP ranks R", "rank": "this rank's index"}
@@ -173,6 +177,9 @@ def parse_kernel_spec(raw, path: Path) -> KernelCandidate:
     language = raw.get(key, table.get(code_path.suffix))
     if language not in table.values():
         raise bad(f"cannot tell the {key} of {rel!r}: set '{key}' to one of {', '.join(table.values())}")
+    if (kind, language) not in RUNNABLE:
+        raise bad(f"no driver runs {language} {kind}s (the cuda driver runs CUDA C sources and cubin, fatbin "
+                  f"and PTX binaries)")
     try:
         if code_path.stat().st_size > MAX_CODE_BYTES:
             raise bad(f"{rel} is larger than {MAX_CODE_BYTES} bytes")

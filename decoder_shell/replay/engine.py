@@ -12,6 +12,10 @@ from ..corpus.store import Corpus
 from ..corpus.synth import changed_inputs
 from ..drivers.base import Driver, Session
 from .compare import compare_outputs
+from .results import run_block, stats
+
+FORMAT = "decoder-shell-replay"
+SCHEMA = 1
 
 
 @dataclass
@@ -36,10 +40,8 @@ class EpochResult:
 
 
 def percentiles(values) -> dict:
-    if not len(values):
-        return {"median": None, "p10": None, "p90": None}
-    a = np.asarray(values, dtype=np.float64)
-    return {"median": float(np.median(a)), "p10": float(np.percentile(a, 10)), "p90": float(np.percentile(a, 90))}
+    """The statistics of a set of times (results.stats: n, min, max, mean, stddev, median, p1 ... p99)."""
+    return stats(values)
 
 
 @dataclass
@@ -53,6 +55,8 @@ class ReplayResult:
     settle: int
     epochs: list[EpochResult] = field(default_factory=list)
     timing_note: str = ""
+    run: dict = field(default_factory=dict)  # results.run_block: provenance
+    breakdown: dict | None = None  # replay --breakdown: time per command, op kind and phase
 
     def of(self, kind: str) -> list[EpochResult]:
         return [e for e in self.epochs if e.kind == kind]
@@ -68,7 +72,9 @@ class ReplayResult:
                 "per_rank_ms": [percentiles([e.times_ms[r] for e in graph]) for r in range(ranks)]}
 
     def to_json(self) -> dict:
-        return {"corpus": self.corpus, "driver": self.driver, "geometry": self.geometry,
+        extra = {"breakdown": self.breakdown} if self.breakdown is not None else {}
+        return {"format": FORMAT, "schema": SCHEMA, "run": self.run, **extra,
+                "corpus": self.corpus, "driver": self.driver, "geometry": self.geometry,
                 "expected": self.expected, "commands_per_rank": self.commands_per_rank,
                 "timing_meaningful": self.timing_meaningful, "timing_note": self.timing_note,
                 "settle_epochs": self.settle,
@@ -76,6 +82,15 @@ class ReplayResult:
                 "summary": {k: {"epochs": len(self.of(k)), "exact": sum(e.exact for e in self.of(k))}
                             for k in ("graph", "changed")},
                 "epochs": [e.to_json() for e in self.epochs]}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ReplayResult":
+        """A saved replay result (for `shell report`); KeyError/TypeError on a malformed one."""
+        epochs = [EpochResult(e["kind"], int(e["index"]), [float(t) for t in e["times_ms"]],
+                              [int(n) for n in e["mismatches"]], dict(e.get("by_op", {}))) for e in d["epochs"]]
+        return cls(str(d["corpus"]), str(d["driver"]), dict(d["geometry"]), str(d["expected"]),
+                   int(d["commands_per_rank"]), bool(d["timing_meaningful"]), int(d["settle_epochs"]),
+                   epochs, str(d.get("timing_note", "")), dict(d.get("run", {})), d.get("breakdown"))
 
 
 class Checker:
@@ -110,8 +125,10 @@ def prepare(corpus: Corpus, progress=None):
 
 
 def replay(corpus: Corpus, driver: Driver, epochs: int = 70, changed: int = 0, settle: int = 3,
-           seed: int = 0, progress=None) -> ReplayResult:
-    cycle, bound = prepare(corpus)
+           seed: int = 0, progress=None, breakdown: bool = False) -> ReplayResult:
+    """Replay `epochs` graph epochs after `settle`, then `changed` changed epochs; with `breakdown`,
+    one more epoch timed node by node (its outputs are checked like every other epoch's)."""
+    cycle, bound = prepare(corpus, (lambda cmd: progress("bind", cmd.index)) if progress else None)
     rebased = corpus.info.rebased
     expected = expected_outputs(cycle, bound.injected, bound.captured, rebased)
     checker = Checker(cycle)
@@ -119,18 +136,19 @@ def replay(corpus: Corpus, driver: Driver, epochs: int = 70, changed: int = 0, s
         result = ReplayResult(str(corpus.root), driver.describe(), corpus.geometry.to_json(),
                               "rebased" if rebased else "captured", len(cycle.commands),
                               session.timing_meaningful, settle,
-                              timing_note="" if session.timing_meaningful else session.timing_note)
+                              timing_note="" if session.timing_meaningful else session.timing_note,
+                              run=run_block("replay", corpus, driver))
         load_inputs(session, bound.injected)
         for e in range(settle + epochs):
             session.poison()
             times = session.run(graph=True)
             per_rank, by_op = checker.check(session, expected)
-            if e >= settle:
-                result.epochs.append(EpochResult("graph", e - settle, times, per_rank, by_op))
-            elif any(per_rank):
-                result.epochs.append(EpochResult("settle", e, times, per_rank, by_op))
+            epoch = EpochResult("graph" if e >= settle else "settle", e - settle if e >= settle else e,
+                                times, per_rank, by_op)
+            if e >= settle or any(per_rank):
+                result.epochs.append(epoch)
             if progress:
-                progress("graph", e)
+                progress("graph", e, epoch)
         for k in range(changed):
             new = changed_inputs(cycle, seed, k)
             inj = [{**bound.injected[r], **new[r]} for r in range(cycle.ranks)]
@@ -141,6 +159,14 @@ def replay(corpus: Corpus, driver: Driver, epochs: int = 70, changed: int = 0, s
             per_rank, by_op = checker.check(session, want)
             result.epochs.append(EpochResult("changed", k, times, per_rank, by_op))
             if progress:
-                progress("changed", k)
+                progress("changed", k, result.epochs[-1])
         load_inputs(session, bound.injected)
+        if breakdown:
+            from .breakdown import profile
+            session.poison()
+            result.breakdown = profile(session, cycle)
+            per_rank, by_op = checker.check(session, expected)
+            if any(per_rank):
+                result.epochs.append(EpochResult("profiled", 0, [result.breakdown["total_ms"]] * cycle.ranks,
+                                                 per_rank, by_op))
     return result

@@ -21,6 +21,7 @@ from ..errors import UsageError
 from .candidates import Plan
 from .compare import compare_outputs
 from .engine import EpochResult, expected_outputs, load_inputs, prepare
+from .results import run_block
 from .verdict import build_verdict
 
 SIDES = ("baseline", "candidate")
@@ -124,7 +125,10 @@ def run_gate(corpus: Corpus, driver: Driver, plan: Plan, cycle: Cycle | None = N
                 for e in range(settings.epochs):
                     _epoch(cycle, sessions[s], runs[s], expected, "graph", rep * settings.epochs + e, True)
                 if progress:
-                    progress(s, rep)
+                    block = runs[s].epochs[-settings.epochs:]
+                    progress("block", f"{s} repetition {rep}",
+                             f"median {float(np.median([e.cycle_ms for e in block])):.3f} ms, "
+                             f"{sum(not e.exact for e in block)} inexact epochs" if block else "no epochs")
         for k in range(settings.changed):
             new = changed_inputs(cycle, settings.seed, k)
             want = reference(cycle, [{**bound.injected[r], **new[r]} for r in range(cycle.ranks)])
@@ -132,9 +136,11 @@ def run_gate(corpus: Corpus, driver: Driver, plan: Plan, cycle: Cycle | None = N
             for s in SIDES:
                 load_inputs(sessions[s], new)
                 _epoch(cycle, sessions[s], runs[s], want, "changed", k, False)
+            if progress:
+                progress("changed", k, runs["candidate"].epochs[-1])
         timing_meaningful = bool(base.timing_meaningful and cand.timing_meaningful)
         note = "" if timing_meaningful else (base.timing_note if not base.timing_meaningful else cand.timing_note)
     meta = {"corpus": str(corpus.root), "driver": driver.describe(), "geometry": corpus.geometry.to_json(),
             "expected": "rebased" if rebased else "captured", "commands_per_rank": len(cycle.commands),
-            "timing_meaningful": timing_meaningful, "timing_note": note}
+            "timing_meaningful": timing_meaningful, "timing_note": note, "run": run_block("gate", corpus, driver)}
     return build_verdict(meta, cycle, plan, settings, runs)

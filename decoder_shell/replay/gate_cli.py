@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..corpus import DEFAULT_CORPUS
+from ..corpus import CORPUS_HELP
 from ..drivers import PLACEMENTS
 from ..errors import UsageError
 
@@ -19,7 +19,7 @@ def register(sub) -> None:
     s = sub.add_parser("gate", help="measure a candidate (or a deletion bound) against the baseline in the full cycle",
                        description="Run baseline and candidate interleaved over the same buffers; PASS (exit 0) only "
                                    "if the candidate is bit-exact and its conservative saving reaches the threshold.")
-    s.add_argument("corpus", nargs="?", default=DEFAULT_CORPUS)
+    s.add_argument("corpus", nargs="?", type=Path, help=CORPUS_HELP)
     s.add_argument("--candidate", action="append", default=[], metavar="OP=IMPL",
                    help="replace the commands OP selects by IMPL: a driver variant name or @spec.json (repeatable)")
     s.add_argument("--delete", action="append", default=[], metavar="OP",
@@ -38,13 +38,16 @@ def register(sub) -> None:
     s.add_argument("--json", action="store_true", help="print the verdict as JSON instead of the tables")
     s.add_argument("--out", type=Path, help="write the JSON verdict here")
     s.add_argument("--plot", type=Path, help="write a PNG of per-epoch, per-rank cycle times")
+    s.add_argument("--csv", type=Path, help="write every epoch's per-rank times of both sides as CSV here")
     s.add_argument("--list-candidates", action="store_true", help="list the variants the driver offers and exit")
     s.set_defaults(func=cmd_gate)
 
     if "report" not in sub.choices:
-        r = sub.add_parser("report", help="re-render a saved gate verdict (table, optional plot)")
-        r.add_argument("verdict", type=Path, help="a verdict JSON file written by `shell gate --out`")
+        r = sub.add_parser("report", help="re-render a saved gate verdict or replay result (table, plot, CSV)")
+        r.add_argument("verdict", type=Path, metavar="result",
+                       help="a JSON file written by `shell gate --out` or `shell replay --json-out`")
         r.add_argument("--plot", type=Path, help="write a PNG of per-epoch, per-rank cycle times")
+        r.add_argument("--csv", type=Path, help="write every epoch's per-rank times as CSV here")
         r.add_argument("--json", action="store_true", help="print the verdict JSON instead of the tables")
         r.set_defaults(func=cmd_report)
 
@@ -66,24 +69,67 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
     corpus = Corpus.open(Path(args.corpus))
     from ..corpus.budget import require_memory
     require_memory(corpus, "gate")
-    cycle, bound = prepare(corpus)
+    t = getattr(args, "tracker", None)
+    if t is None:  # called without the CLI's main (no progress display)
+        from ..progress import Tracker
+        t = Tracker(console, quiet=True)
+    t.expect("bind", len(corpus.geometry.boundaries()), "gate: reading the corpus")
+    with t:
+        cycle, bound = prepare(corpus, t.hook("bind"))
     plan = make_plan(cycle, args.candidate, args.delete, args.delete_mode)
     driver = get_driver(args.driver, placement=args.placement)
-    v = run_gate(corpus, driver, plan, cycle, bound, settings)
+    t.expect("block", 2 * settings.reps, f"gate: blocks of {settings.epochs} graph epochs")
+    t.expect("changed", settings.changed, "gate: changed eager epochs (both sides)")
+    with t:
+        v = run_gate(corpus, driver, plan, cycle, bound, settings, progress=t)
     if args.out:
         save_verdict(v, args.out)
     show(v, args.json, args.plot, console)
+    if args.csv:
+        from .results import write_csv
+        write_csv(v, args.csv)
     return exit_code(v)
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
+    from .results import load_result, write_csv
     from .verdict import exit_code, load_verdict
+    raw = load_result(args.verdict)
+    if raw.get("format") == "decoder-shell-replay":
+        return _report_replay(raw, args, console)
     v = load_verdict(args.verdict)
     try:
         show(v, args.json, args.plot, console)
+        if args.csv:
+            write_csv(v, args.csv)
     except (KeyError, TypeError, IndexError, ValueError, AttributeError) as e:
         raise UsageError(f"{args.verdict}: malformed verdict ({type(e).__name__}: {e})") from None
     return exit_code(v)
+
+
+def _report_replay(raw: dict, args: argparse.Namespace, console: Console) -> int:
+    """A saved replay result: its tables (and breakdown), plot and CSV; exit 1 if it was not exact."""
+    from .engine import ReplayResult
+    from .report import plot_replay, render_replay
+    from .results import write_csv
+    try:
+        result = ReplayResult.from_json(raw)
+        if args.json:
+            print(json.dumps(raw, indent=1, sort_keys=True))
+        else:
+            render_replay(result, console)
+            if result.breakdown:
+                from .breakdown import render_breakdown
+                render_breakdown(result.breakdown, console)
+        if args.plot:
+            plot_replay(result, args.plot)
+        if args.csv:
+            write_csv(raw, args.csv)
+    except (KeyError, TypeError, IndexError, ValueError, AttributeError) as e:
+        raise UsageError(f"{args.verdict}: malformed replay result ({type(e).__name__}: {e})") from None
+    except OSError as e:
+        raise UsageError(f"cannot write {e.filename}: {e.strerror or e}") from None
+    return 0 if result.exact else 1
 
 
 def show(v: dict, as_json: bool, plot: Path | None, console: Console) -> None:

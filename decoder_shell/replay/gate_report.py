@@ -122,4 +122,6 @@ def plot_gate(v: dict, path: Path) -> None:
     sv = v["saved_ms"]
     title = (f"gate {what} on {v['driver']}\nsaved {fmt_ms(sv['median'])} ms/cycle median, "
              f"{fmt_ms(sv['conservative'])} conservative -> {v['verdict']}")
-    plot_epochs({s: epochs_from_json(v, s) for s in ("baseline", "candidate")}, Path(path), title)
+    sides = ("baseline", "candidate")
+    plot_epochs({s: epochs_from_json(v, s) for s in sides}, Path(path), title,
+                changed={s: epochs_from_json(v, s, "changed") for s in sides}, reps=int(v["settings"]["reps"]))

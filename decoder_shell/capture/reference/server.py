@@ -36,6 +36,17 @@ GENERATE_TIMEOUT_S = 600
 MAX_GENERATE_BODY = 1 << 16
 
 
+def quiet_transformers() -> None:
+    """The service calls transformers' modules with their current keyword names; their deprecation
+    notices (past_key_values, repeated per request) would bury the service's own lines."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    hf_logging.set_verbosity_error()
+
+
 def rank_main(rank: int, opts: ServeOptions, http_server=None) -> None:
     """Entry point of a rank process (forked by the launcher; rank 0 serves the inherited HTTP socket)."""
     if rank != 0 and http_server is not None:
@@ -43,6 +54,7 @@ def rank_main(rank: int, opts: ServeOptions, http_server=None) -> None:
         http_server = None
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher stops the ranks
+    quiet_transformers()
     torch.set_num_threads(1)
     if http_server is None and rank == 0:
         http_server = LoopbackHTTPServer((LOOPBACK, opts.port), Handler)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ...errors import DriverUnavailable, UsageError
 from .. import PLACEMENTS
-from ..base import Driver
+from ..base import Driver, refuse_moe
 from . import api
 from .session import CudaSession
 from .variants import describe
@@ -47,6 +47,7 @@ class CudaDriver(Driver):
         return "processes" if ranks > 1 and self.device_count >= ranks else "emulated"
 
     def load(self, cycle, variants=None):
+        refuse_moe(cycle, "cuda")
         self._last = self.placement_for(cycle.ranks)
         if self._last == "processes":
             from .processes import ProcessSession
@@ -58,6 +59,24 @@ class CudaDriver(Driver):
 
     def available_variants(self) -> dict:
         return describe()
+
+    def versions(self) -> dict:
+        """GPU, driver API, NVRTC and cuda-python versions (for the provenance of results)."""
+        from importlib import metadata
+        v = self.cu.cuDriverGetVersion()
+        out = {"gpu": self.gpu, "arch": self.arch, "cuda_driver_api": f"{v // 1000}.{v % 1000 // 10}"}
+        try:
+            from cuda.bindings import nvrtc
+            err, major, minor = nvrtc.nvrtcVersion()
+            out["nvrtc"] = f"{major}.{minor}"
+        except Exception:  # noqa: BLE001 - a version we cannot read is left out, not guessed
+            pass
+        for dist in ("cuda-python", "cuda-bindings"):
+            try:
+                out[dist] = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                pass
+        return out
 
     def describe(self) -> str:
         if self._last == "processes":

@@ -28,6 +28,8 @@ class Graph:
         self.events: list = []
         self.launches: list[A.Launch] = []
         self.eager: list[A.Launch] = []
+        self.commands: list[int | None] = []  # the command each launch serves (replay --breakdown)
+        self.building: int | None = None
         self.pdl_nodes: set[int] = set()
 
     def start(self, local: list[int]) -> None:
@@ -53,6 +55,7 @@ class Graph:
         p.kernelParams = launch.params_ptr
         self.launches.append(launch)
         self.eager.append(launch)
+        self.commands.append(self.building)
         early = self.pdl and launch.pdl and all(int(d) in self.pdl_nodes for d in deps)
         if not early:
             node = self.cu.cuGraphAddKernelNode(self.graph, deps, len(deps), p)
@@ -97,6 +100,7 @@ def build(g: Graph, cycle, variants: dict, bind, local: list[int], rank: int | N
     fused_away = {i - 1 for i, v in variants.items() if isinstance(v, Variant) and v.fused}
     pending: dict[int, list] = {}  # rank -> its Sinkhorn node, joined by the rank's next mHC node (rule 3)
     for cmd in cmds:
+        g.building = cmd.index
         v = variants.get(cmd.index, BASELINE)
         if cmd.index in fused_away or (isinstance(v, Variant) and v.node is Node.NONE):
             continue

@@ -123,6 +123,11 @@ class CudaSession(Session):
         t = float(cu.cuEventElapsedTime(g.eager_start, g.eager_end))
         return [t] * self.cycle.ranks
 
+    def profile(self):
+        """One epoch timed kernel by kernel, for replay --breakdown (drivers/cuda/profile.py)."""
+        from .profile import profile_epoch
+        return profile_epoch(self)
+
     @property
     def node_count(self) -> int:
         return len(self.graph.launches)

@@ -81,7 +81,7 @@ _ALL = [
 ]
 VARIANTS: dict[str, Variant] = {v.name: v for v in _ALL}
 BASELINE = VARIANTS["baseline"]
-#: The variants an all-reduce command accepts (the one list: validation and `--list-candidates` read it).
+#: The variants an all-reduce command accepts (derived from the targets above, never listed by hand).
 ALLREDUCE_VARIANTS = tuple(n for n, v in VARIANTS.items() if v.target is not Target.MHC)
 MAX_PIECES = max(v.segments for v in _ALL)  # all-reduce launches per collective: one arrival slot set each
 
@@ -110,7 +110,7 @@ def resolve(cycle, variants: dict | None, *, rank: int | None, sm: int) -> dict:
         if not 0 <= idx < len(cmds):
             raise UsageError(f"no command {idx} in this cycle")
         op = cmds[idx].op
-        if op == "allreduce" and var.target is Target.MHC:
+        if op == "allreduce" and v not in ALLREDUCE_VARIANTS:
             raise UsageError(f"{v!r} is an mHC implementation; command {idx} is an all-reduce")
         if op != "allreduce" and var.target is Target.ALLREDUCE:
             raise UsageError(f"{v!r} is an all-reduce implementation; command {idx} is {op}")

@@ -6,7 +6,7 @@ on the OpenCL CPU device it submits the prebuilt launch plan through SYCL (sycl_
 
 from __future__ import annotations
 
-from ..base import Driver
+from ..base import Driver, refuse_moe
 from . import runtime
 
 
@@ -27,10 +27,26 @@ class LevelZeroDriver(Driver):
 
     def load(self, cycle, variants=None):
         if self.kind == "gpu":
+            refuse_moe(cycle, "level-zero (Level Zero GPU path)")
             from .ze_session import ZeSession
             return ZeSession(cycle, self.target, variants)
         from .sycl_session import SyclSession
         return SyclSession(cycle, self.target, variants)
+
+    def available_variants(self) -> dict[str, str]:
+        """Candidate implementations this driver offers, name -> one-line description."""
+        from .plan import VARIANTS
+        return {k: v for k, v in VARIANTS.items() if k != "baseline"}
+
+    def versions(self) -> dict:
+        from importlib import metadata
+        d = self.device
+        out = {"device": d.name, "device_driver": d.driver_version}
+        try:
+            out["dpctl"] = metadata.version("dpctl")
+        except metadata.PackageNotFoundError:
+            pass
+        return out
 
     def describe(self):
         d = self.device

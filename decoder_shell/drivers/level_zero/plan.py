@@ -18,7 +18,9 @@ from ...errors import UsageError
 
 #: Work-items per group of an all-reduce launch.
 ALLREDUCE_GROUP = 256
-VARIANTS = ("baseline", "delete")
+#: Implementations a command can get here, name -> what it does (`shell gate --list-candidates`).
+VARIANTS = {"baseline": "the driver's own SPIR-V kernels (one launch per all-reduce, one per rank and mHC boundary)",
+            "delete": "no launch at all (deletion-only upper bound; outputs stay poisoned)"}
 #: Kernels launched with the lane-tree group size.
 GROUP_KERNELS = tuple(f"{op}_{t}" for op in ("mhc_pre", "mhc_post_pre", "mhc_post_head") for t in ("bf16", "f32"))
 
@@ -27,8 +29,8 @@ GROUP_KERNELS = tuple(f"{op}_{t}" for op in ("mhc_pre", "mhc_post_pre", "mhc_pos
 class Arg:
     """One kernel argument: a buffer (by id) or a scalar with its C type ('u32', 'i32', 'f32')."""
 
-    kind: str  # "buffer" | "u32" | "i32" | "f32"
-    value: int | float
+    kind: str  # "buffer" | "u32" | "i32" | "f32" | "u64"; MoE launches also: "view" (buffer id, rank),
+    value: int | float | tuple  # "scratch" (command, rank, name, bytes) and "tables" (moe_plan.py)
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,10 @@ def build_plan(cyc: Cycle, group: int, variants: dict | None = None) -> list[Lau
     plan: list[Launch] = []
     for cmd in cyc.commands:
         if variants.get(cmd.index) == "delete":
+            continue
+        if cmd.op.startswith("moe_"):
+            from .moe_plan import moe_launches
+            plan.extend(moe_launches(cyc, cmd))
             continue
         plan.extend([allreduce_launch(cyc, cmd)] if cmd.op == "allreduce" else mhc_launches(cyc, cmd, group))
     return plan

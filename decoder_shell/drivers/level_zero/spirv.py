@@ -22,7 +22,7 @@ from ..cache import cache_dir as kernel_cache
 
 KERNEL_DIR = Path(__file__).with_name("kernels")
 #: Concatenated in this order into one translation unit.
-SOURCES = ("common.cl", "allreduce.cl", "mhc.cl", "test_ops.cl")
+SOURCES = ("common.cl", "allreduce.cl", "mhc.cl", "moe.cl", "test_ops.cl")
 #: Debian's matching clang / llvm-spirv pairs, newest first; unversioned names last.
 TOOLCHAINS = (("clang-15", "llvm-spirv-15"), ("clang-14", "llvm-spirv-14"), ("clang", "llvm-spirv"))
 #: LLVM passes stay off (-disable-llvm-passes): llvm-spirv 14/15 cannot translate the `freeze`
@@ -48,6 +48,11 @@ def numerics_defines(lanes_per_item: int) -> dict[str, str]:
          "LN2_HI": _hexf(numerics.LN2_HI), "LN2_LO": _hexf(numerics.LN2_LO)}
     for i, c in enumerate(numerics.EXP_POLY):
         d[f"EXP_C{i}"] = _hexf(c)
+    for i, c in enumerate(numerics.LOG1P_POLY):
+        d[f"LOG1P_C{i}"] = _hexf(c)
+    from ...contracts import act_qdq, moe_gate
+    d.update(AMAX_FLOOR=_hexf(act_qdq.AMAX_FLOOR), INV_E4M3_MAX=_hexf(act_qdq.INV_E4M3_MAX),
+             GATE_EPS=_hexf(moe_gate.NORM_EPS))
     return d
 
 

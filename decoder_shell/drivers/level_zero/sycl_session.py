@@ -18,7 +18,7 @@ from ..base import Session
 from . import plan as planning
 from . import spirv
 
-_SCALARS = {"u32": ctypes.c_uint32, "i32": ctypes.c_int32, "f32": ctypes.c_float}
+_SCALARS = {"u32": ctypes.c_uint32, "i32": ctypes.c_int32, "f32": ctypes.c_float, "u64": ctypes.c_uint64}
 
 
 class Target:
@@ -63,11 +63,26 @@ class SyclSession(Session):
             raise DriverUnavailable(f"{self.target.device.name} cannot hold the cycle's {need / 2**20:.0f} MiB "
                                     f"of buffers: {e}") from None
         self._outputs = [self.mem[b.id] for b in cycle.outputs()]
+        # MoE launches: staging of h per (command, rank) and the ml_dtypes decode tables (moe_plan.py)
+        self.scratch = {a.value[:3]: dpctl.memory.MemoryUSMDevice(max(a.value[3], 1), queue=self.queue)
+                        for l in self.plan for a in l.args if a.kind == "scratch"}
+        self.tables = None
+        if any(a.kind == "tables" for l in self.plan for a in l.args):
+            from ...contracts.quant import decode_tables
+            t = decode_tables()
+            self.tables = dpctl.memory.MemoryUSMDevice(t.nbytes, queue=self.queue)
+            self.tables.copy_from_host(t.view(np.uint8))
         kernels = {name: self.program.get_sycl_kernel(name) for name in {l.kernel for l in self.plan}}
         self.launches = [(kernels[l.kernel], [self._arg(a) for a in l.args], [l.global_size], [l.local_size])
                          for l in self.plan]
 
     def _arg(self, a: planning.Arg):
+        if a.kind == "view":
+            return self._view(a.value[1], a.value[0])
+        if a.kind == "scratch":
+            return self.scratch[a.value[:3]]
+        if a.kind == "tables":
+            return self.tables
         return self.mem[a.value] if a.kind == "buffer" else _SCALARS[a.kind](a.value)
 
     def _view(self, rank: int, buffer_id: int):

@@ -1,126 +1,46 @@
 """The Level Zero GPU session: dpctl's USM buffers and SYCL eager path, plus one immutable command list.
 
-At load, the same SPIR-V is built into a ze module on the native context that owns dpctl's
-allocations, every launch of the plan gets its own ze kernel with its arguments set once, and they
-are appended to one regular command list (each launch waits for the previous one and signals a
-kernel-timestamp event), which is then closed. A graph epoch is one zeCommandQueueExecuteCommandLists
-of that list; eager epochs go through SYCL. Runs only where a Level Zero GPU exists.
+At load, the plan becomes a ZeProgram (ze_program.py) on the native context that owns dpctl's
+allocations. A graph epoch is one execution of its command list; eager epochs go through SYCL.
+Runs only where a Level Zero GPU exists (the same call sequence runs in CI under the loader's null
+driver: tests/test_level_zero_null.py).
 """
 
 from __future__ import annotations
 
-import ctypes
-from ctypes import byref, c_void_p
+from ctypes import c_void_p
 
 from ...commands.program import Cycle
-from . import plan as planning
-from . import spirv, sycl_native, ze
+from . import sycl_native, ze
 from .sycl_session import SyclSession, Target
-
-_C = {"u32": ctypes.c_uint32, "i32": ctypes.c_int32, "f32": ctypes.c_float}
+from .ze_program import ZeProgram
 
 
 class ZeSession(SyclSession):
     def __init__(self, cycle: Cycle, target: Target, variants: dict | None = None):
         super().__init__(cycle, target, variants)
-        self.ze = ze.require_driver()
-        self.context = c_void_p(sycl_native.native_handle(self.queue.sycl_context))
-        self.device = c_void_p(sycl_native.native_handle(target.device))
-        props = ze.device_properties(self.ze, self.device)
-        self.tick_ns = float(props.timerResolution)
-        self.tick_mask = (1 << props.kernelTimestampValidBits) - 1 if props.kernelTimestampValidBits else ze.UINT64_MAX
-        self._objects: list[tuple[str, c_void_p]] = []
-        self.module = self._module(target.spirv)
-        self.events = self._events(len(self.plan))
-        self.queue_ze = self._create("zeCommandQueueCreate", "zeCommandQueueDestroy", self.context, self.device,
-                                     byref(ze.CommandQueueDesc(stype=ze.STYPE_COMMAND_QUEUE_DESC,
-                                                               mode=ze.COMMAND_QUEUE_MODE_ASYNCHRONOUS)))
-        self.command_list = self._command_list()
-
-    def _create(self, create: str, destroy: str, *args) -> c_void_p:
-        h = c_void_p()
-        getattr(self.ze, create)(*args, byref(h))
-        self._objects.append((destroy, h))
-        return h
-
-    def _module(self, il: bytes) -> c_void_p:
-        buf = ctypes.create_string_buffer(il, len(il))
-        desc = ze.ModuleDesc(stype=ze.STYPE_MODULE_DESC, format=ze.MODULE_FORMAT_IL_SPIRV, inputSize=len(il),
-                             pInputModule=ctypes.cast(buf, c_void_p), pBuildFlags=spirv.RUNTIME_OPTIONS.encode())
-        module, log = c_void_p(), c_void_p()
-        code = self.ze.lib.zeModuleCreate(self.context, self.device, byref(desc), byref(module), byref(log))
-        text = _build_log(self.ze, log)
-        if code != 0:
-            first = next((ln for ln in text.splitlines() if ln.strip()), "no build log")
-            raise ze.ZeError(f"Level Zero zeModuleCreate returned {ze.result_name(code)}: {first}")
-        self._objects.append(("zeModuleDestroy", module))
-        return module
-
-    def _events(self, count: int) -> list[c_void_p]:
-        pool_desc = ze.EventPoolDesc(stype=ze.STYPE_EVENT_POOL_DESC, count=max(count, 1),
-                                     flags=ze.EVENT_POOL_FLAG_HOST_VISIBLE | ze.EVENT_POOL_FLAG_KERNEL_TIMESTAMP)
-        pool = self._create("zeEventPoolCreate", "zeEventPoolDestroy", self.context, byref(pool_desc), 1,
-                            byref(self.device))
-        return [self._create("zeEventCreate", "zeEventDestroy", pool,
-                             byref(ze.EventDesc(stype=ze.STYPE_EVENT_DESC, index=i, signal=ze.EVENT_SCOPE_FLAG_HOST,
-                                                wait=ze.EVENT_SCOPE_FLAG_HOST)))
-                for i in range(count)]
-
-    def _kernel(self, launch: planning.Launch) -> c_void_p:
-        k = self._create("zeKernelCreate", "zeKernelDestroy", self.module,
-                         byref(ze.KernelDesc(stype=ze.STYPE_KERNEL_DESC, pKernelName=launch.kernel.encode())))
-        self.ze.zeKernelSetGroupSize(k, launch.local_size, 1, 1)
-        for i, a in enumerate(launch.args):
-            value = c_void_p(self.mem[a.value]._pointer) if a.kind == "buffer" else _C[a.kind](a.value)
-            self.ze.zeKernelSetArgumentValue(k, i, ctypes.sizeof(value), byref(value))
-        return k
-
-    def _command_list(self) -> c_void_p:
-        cl = self._create("zeCommandListCreate", "zeCommandListDestroy", self.context, self.device,
-                          byref(ze.CommandListDesc(stype=ze.STYPE_COMMAND_LIST_DESC)))
-        for ev in self.events:
-            self.ze.zeCommandListAppendEventReset(cl, ev)
-        self.ze.zeCommandListAppendBarrier(cl, None, 0, None)
-        for i, launch in enumerate(self.plan):
-            groups = ze.GroupCount(launch.global_size // launch.local_size, 1, 1)
-            wait = (c_void_p * 1)(self.events[i - 1]) if i else None
-            self.ze.zeCommandListAppendLaunchKernel(cl, self._kernel(launch), byref(groups), self.events[i],
-                                                    1 if i else 0, wait)
-        self.ze.zeCommandListClose(cl)
-        return cl
+        self.program_ze = None
+        try:
+            self.ze = ze.require_driver()
+            context = c_void_p(sycl_native.native_handle(self.queue.sycl_context))
+            device = c_void_p(sycl_native.native_handle(target.device))
+            self.program_ze = ZeProgram(self.ze, context, device, cycle, self.plan,
+                                        lambda bid: self.mem[bid]._pointer, target.spirv)
+        except BaseException:
+            super().close()
+            raise
 
     def run(self, graph=True):
         if not graph:
             return super().run(graph=False)
         self.queue.wait()
-        lists = (c_void_p * 1)(self.command_list)
-        self.ze.zeCommandQueueExecuteCommandLists(self.queue_ze, 1, lists, None)
-        self.ze.zeCommandQueueSynchronize(self.queue_ze, ze.UINT64_MAX)
-        durations = []
-        for ev in self.events:
-            ts = ze.KernelTimestampResult()
-            self.ze.zeEventQueryKernelTimestamp(ev, byref(ts))
-            ticks = (ts.context.kernelEnd - ts.context.kernelStart) & self.tick_mask
-            durations.append(ticks * self.tick_ns * 1e-6)
-        return planning.rank_times(self.cycle, self.plan, durations)
+        return self.program_ze.run()
 
     def close(self):
-        for destroy, h in reversed(self._objects):
-            getattr(self.ze, destroy)(h)
-        self._objects = []
+        if self.program_ze is not None:
+            self.program_ze.close()
+            self.program_ze = None
         super().close()
-
-
-def _build_log(loader: ze.Loader, log: c_void_p) -> str:
-    """The module build log's text (and the log freed); empty when there is none."""
-    if not log.value:
-        return ""
-    size = ctypes.c_size_t(0)
-    loader.zeModuleBuildLogGetString(log, byref(size), None)
-    text = ctypes.create_string_buffer(size.value or 1)
-    loader.zeModuleBuildLogGetString(log, byref(size), text)
-    loader.zeModuleBuildLogDestroy(log)
-    return text.value.decode(errors="replace")
 
 
 __all__ = ["ZeSession"]

@@ -1,0 +1,268 @@
+// MoE draft kernels (docs/CONTRACTS.md section 10, docs/MOE.md): act_qdq, gate, the quantized
+// linear with a SwiGLU or fp32 epilogue for routed (MXFP4), shared (FP8 32x32) and expanded (bf16)
+// weights, and the ascending-id combine. Every kernel is bit-identical to its numpy contract; the
+// build prepends kernels.cu's arithmetic prelude (ADD/MUL/DIV/SQRT, f2bf/bf2f, pexp) and the fp32
+// constants of the contracts as exact bit patterns (drivers/cuda/moe.py).
+// Routing stays on the device: every kernel reads the expert ids itself; launch dimensions depend on
+// the geometry only (one block column per expert, idle when no row picked it); nothing allocates.
+
+#define MOE_WARPS 8
+#define FMT_MXFP4 0
+#define FMT_FP8 1
+#define FMT_BF16 2
+#define EPI_SWIGLU 0
+#define EPI_F32 1
+
+// The E4M3 and E2M1 decode tables (256 + 16 fp32 values) come from ml_dtypes on the host.
+#define TABLE_FLOATS (256 + 16)
+
+__device__ __forceinline__ unsigned e4m3_rne(float q) {
+  // ml_dtypes' float8_e4m3fn RNE of a value already clamped to +-448 (both halves of the pair are q)
+  unsigned short out;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %1;" : "=h"(out) : "f"(q));
+  return out & 0xFFu;
+}
+
+__device__ __forceinline__ float warp_tree(float v) {
+  // adjacent-pair tree over the 32 lanes, increasing offsets: lane 0 ends with ((l0+l1)+(l2+l3))+...
+  for (int off = 1; off < 32; off <<= 1) v = ADD(v, __shfl_down_sync(0xffffffffu, v, off));
+  return v;
+}
+
+// ---- act_qdq: one warp per (row, 32-group) -----------------------------------------------------------
+extern "C" __global__ void __launch_bounds__(256) moe_qdq(const bf16_t* x, unsigned char* codes,
+                                                          unsigned char* scales, int rows, int K) {
+  pdl_wait();
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int groups = K >> 5;
+  int g = blockIdx.x * 8 + warp, row = blockIdx.y;
+  if (g >= groups || row >= rows) return;
+  size_t i = (size_t)row * K + (size_t)g * 32 + lane;
+  float v = bf2f(x[i]);
+  float amax = fabsf(v);
+  for (int off = 16; off; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  amax = fmaxf(amax, AMAX_FLOOR);
+  unsigned b = __float_as_uint(MUL(amax, INV_E4M3_MAX));
+  unsigned byte = ((b >> 23) & 0xFFu) + ((b & 0x7FFFFFu) != 0u);  // ceil(log2 v) + 127
+  float s = __uint_as_float(byte << 23);
+  float q = fminf(fmaxf(DIV(v, s), -448.0f), 448.0f);
+  codes[i] = (unsigned char)e4m3_rne(q);
+  if (lane == 0) scales[(size_t)row * groups + g] = (unsigned char)byte;
+}
+
+// ---- gate: one 1024-thread block per row --------------------------------------------------------------
+__device__ __forceinline__ float plog1p(float u) {
+  float f = DIV(u, ADD(2.0f, u));
+  float s = MUL(f, f);
+  float p = LOG1P_C0;
+  p = ADD(MUL(p, s), LOG1P_C1); p = ADD(MUL(p, s), LOG1P_C2); p = ADD(MUL(p, s), LOG1P_C3);
+  p = ADD(MUL(p, s), LOG1P_C4); p = ADD(MUL(p, s), LOG1P_C5); p = ADD(MUL(p, s), LOG1P_C6);
+  p = ADD(MUL(p, s), LOG1P_C7); p = ADD(MUL(p, s), LOG1P_C8); p = ADD(MUL(p, s), LOG1P_C9);
+  return MUL(MUL(2.0f, f), p);
+}
+__device__ __forceinline__ float psoftplus(float z) { return ADD(z > 0.0f ? z : 0.0f, plog1p(pexp(-fabsf(z)))); }
+__device__ __forceinline__ float psilu(float g) { return DIV(g, ADD(1.0f, pexp(-g))); }
+
+#define GATE_CHUNK 8
+extern "C" __global__ void __launch_bounds__(1024) moe_gate(const bf16_t* x, const bf16_t* W, const float* bias,
+                                                            int* ids, float* wts, int rows, int D, int E, int topk,
+                                                            float route_scale) {
+  __shared__ float red[32][GATE_CHUNK];
+  __shared__ float sc[1024];
+  pdl_wait();
+  int t = blockIdx.x, l = threadIdx.x, lane = l & 31, warp = l >> 5;
+  if (t >= rows) return;
+  const bf16_t* xr = x + (size_t)t * D;
+  for (int e0 = 0; e0 < E; e0 += GATE_CHUNK) {
+    float acc[GATE_CHUNK];
+#pragma unroll
+    for (int c = 0; c < GATE_CHUNK; c++) acc[c] = 0.0f;
+    for (int d = l; d < D; d += 1024) {
+      float xv = bf2f(xr[d]);
+#pragma unroll
+      for (int c = 0; c < GATE_CHUNK; c++)
+        if (e0 + c < E) acc[c] = ADD(acc[c], MUL(xv, bf2f(W[(size_t)(e0 + c) * D + d])));
+    }
+#pragma unroll
+    for (int c = 0; c < GATE_CHUNK; c++) {
+      float v = warp_tree(acc[c]);
+      if (lane == 0) red[warp][c] = v;
+    }
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+      for (int c = 0; c < GATE_CHUNK; c++) {
+        float v = warp_tree(red[lane][c]);
+        if (lane == 0 && e0 + c < E) sc[e0 + c] = v;
+      }
+    }
+    __syncthreads();
+  }
+  if (l < E) sc[l] = SQRT(psoftplus(sc[l]));
+  __syncthreads();
+  if (l == 0) {
+    int chosen[16];
+    float w[16];
+    for (int k = 0; k < topk; k++) {
+      int best = -1;
+      float bv = 0.0f;
+      for (int e = 0; e < E; e++) {
+        bool used = false;
+        for (int q = 0; q < k; q++) used |= chosen[q] == e;
+        if (used) continue;
+        float v = ADD(sc[e], bias[e]);
+        if (best < 0 || v > bv) { best = e; bv = v; }  // strictly larger: ties keep the smaller id
+      }
+      chosen[k] = best;
+      w[k] = sc[best];
+    }
+    float sum = w[0];
+    for (int k = 1; k < topk; k++) sum = ADD(sum, w[k]);
+    sum = ADD(sum, GATE_EPS);
+    for (int k = 0; k < topk; k++) {
+      ids[(size_t)t * topk + k] = chosen[k];
+      wts[(size_t)t * topk + k] = MUL(DIV(w[k], sum), route_scale);
+    }
+  }
+}
+
+// ---- the quantized linear (qlinear order) with its epilogues ----------------------------------------
+struct MoeLin {
+  const unsigned char* xc;   // activation E4M3 codes [A, K]
+  const unsigned char* xs;   // activation E8M0 scales [A, K/32]
+  const int* ids;            // [rows, topk] expert ids, or null: a dense (shared) expert, slot = row
+  const float* rw;           // [rows, topk] route weights (SwiGLU epilogue of routed experts), or null
+  int rows, topk;
+  int act_per_slot;          // activation row: 1 -> the slot (w2 reads h), 0 -> slot / topk (w1/w3 read x)
+  const unsigned char* w;    // weights: expert e, matrix m, row n at w + e*w_estride + m*w_mstride + n*w_rstride
+  const unsigned char* s;    // scales: MXFP4 [.., N, K/32] (row's own), FP8 [.., N/32, K/32]
+  long long w_estride, w_mstride, w_rstride, s_estride, s_mstride;
+  int K, N;                  // input width, output rows of each matrix
+  void* out;                 // SwiGLU: bf16 h [slots, N]; F32: fp32 [slots, N]
+  const float* tables;       // TABLE_FLOATS: E4M3 byte -> fp32, then E2M1 nibble -> fp32 (ml_dtypes)
+};
+
+template <int FMT>
+__device__ __forceinline__ float group_sum(const unsigned char* wrow, const unsigned char* xrow, int g, float sa,
+                                           const float* e4, const float* e2) {
+  // group g's 32 products, left to right from the first: codes x codes (packed), or the bf16 values
+  // q*s_a x w (expanded; sa = s_a, the product q*s_a is exact)
+  const unsigned char* xg = xrow + (size_t)g * 32;
+  uint4 xq0 = *(const uint4*)xg, xq1 = *(const uint4*)(xg + 16);
+  unsigned xv[8] = {xq0.x, xq0.y, xq0.z, xq0.w, xq1.x, xq1.y, xq1.z, xq1.w};
+  float acc = 0.0f;
+  if (FMT == FMT_MXFP4) {
+    uint4 wq = *(const uint4*)(wrow + (size_t)g * 16);
+    unsigned wv[4] = {wq.x, wq.y, wq.z, wq.w};
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+      float p = MUL(e4[(xv[i >> 2] >> (8 * (i & 3))) & 0xFFu], e2[(wv[i >> 3] >> (4 * (i & 7))) & 0xFu]);
+      acc = i ? ADD(acc, p) : p;
+    }
+  } else if (FMT == FMT_FP8) {
+    const unsigned char* wg = wrow + (size_t)g * 32;
+    uint4 w0 = *(const uint4*)wg, w1 = *(const uint4*)(wg + 16);
+    unsigned wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+      float p = MUL(e4[(xv[i >> 2] >> (8 * (i & 3))) & 0xFFu], e4[(wv[i >> 2] >> (8 * (i & 3))) & 0xFFu]);
+      acc = i ? ADD(acc, p) : p;
+    }
+  } else {
+    const uint4* wg = (const uint4*)(wrow + (size_t)g * 64);
+    uint4 w0 = wg[0], w1 = wg[1], w2 = wg[2], w3 = wg[3];
+    unsigned wv[16] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w, w2.x, w2.y, w2.z, w2.w, w3.x, w3.y, w3.z, w3.w};
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+      float av = MUL(e4[(xv[i >> 2] >> (8 * (i & 3))) & 0xFFu], sa);
+      float p = MUL(av, __uint_as_float(((wv[i >> 1] >> (16 * (i & 1))) & 0xFFFFu) << 16));
+      acc = i ? ADD(acc, p) : p;
+    }
+  }
+  return acc;
+}
+
+template <int FMT>
+__device__ __forceinline__ float row_dot(const MoeLin& a, int e, int m, int n, int arow, const float* e4,
+                                         const float* e2) {
+  // y = lane_sum over the K/32 groups with 32 lanes (lane l: groups l, l+32, ...), valid in lane 0
+  int lane = threadIdx.x & 31, G = a.K >> 5;
+  const unsigned char* wrow = a.w + e * a.w_estride + m * a.w_mstride + (long long)n * a.w_rstride;
+  const unsigned char* xrow = a.xc + (size_t)arow * a.K;
+  const unsigned char* xs = a.xs + (size_t)arow * G;
+  const unsigned char* srow = FMT == FMT_BF16 ? nullptr
+      : a.s + e * a.s_estride + m * a.s_mstride + (long long)(FMT == FMT_MXFP4 ? n : n >> 5) * G;
+  float acc = 0.0f;
+  for (int g = lane; g < G; g += 32) {
+    unsigned sab = xs[g];
+    float p;
+    if (FMT == FMT_BF16) {
+      p = group_sum<FMT>(wrow, xrow, g, __uint_as_float(sab << 23), e4, e2);
+    } else {
+      // fl(s_a * s_w) = 2^(e_a + e_w): a normal number inside the linear's exact domain
+      int biased = (int)sab + (int)srow[g] - 127;
+      p = MUL(group_sum<FMT>(wrow, xrow, g, 0.0f, e4, e2), __uint_as_float((unsigned)biased << 23));
+    }
+    acc = ADD(acc, p);
+  }
+  return warp_tree(acc);
+}
+
+template <int FMT, int EPI>
+__device__ __forceinline__ void moe_linear(const MoeLin& a) {
+  __shared__ float tab[TABLE_FLOATS];
+  for (int i = threadIdx.x; i < TABLE_FLOATS; i += blockDim.x) tab[i] = a.tables[i];
+  __syncthreads();
+  pdl_wait();
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int e = blockIdx.x, n = blockIdx.y * MOE_WARPS + warp;
+  if (n >= a.N) return;
+  int slots = a.ids ? a.rows * a.topk : a.rows;
+  for (int sl = 0; sl < slots; sl++) {
+    if (a.ids && __ldg(a.ids + sl) != e) continue;
+    int arow = a.act_per_slot ? sl : (a.ids ? sl / a.topk : sl);
+    if (EPI == EPI_SWIGLU) {
+      float g = row_dot<FMT>(a, e, 0, n, arow, tab, tab + 256);
+      float u = row_dot<FMT>(a, e, 1, n, arow, tab, tab + 256);
+      if (lane == 0) {
+        g = fminf(round_bf(g), 10.0f);
+        u = fminf(fmaxf(round_bf(u), -10.0f), 10.0f);
+        float h = MUL(psilu(g), u);
+        if (a.rw) h = MUL(__ldg(a.rw + sl), h);
+        ((bf16_t*)a.out)[(size_t)sl * a.N + n] = f2bf(h);
+      }
+    } else {
+      float y = row_dot<FMT>(a, e, 0, n, arow, tab, tab + 256);
+      if (lane == 0) ((float*)a.out)[(size_t)sl * a.N + n] = y;
+    }
+  }
+}
+
+#define MOE_LINEAR(name, FMT, EPI) \
+  extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32) name(const MoeLin a) { moe_linear<FMT, EPI>(a); }
+MOE_LINEAR(moe_up_mxfp4, FMT_MXFP4, EPI_SWIGLU)
+MOE_LINEAR(moe_up_fp8, FMT_FP8, EPI_SWIGLU)
+MOE_LINEAR(moe_up_bf16, FMT_BF16, EPI_SWIGLU)
+MOE_LINEAR(moe_down_mxfp4, FMT_MXFP4, EPI_F32)
+MOE_LINEAR(moe_down_fp8, FMT_FP8, EPI_F32)
+MOE_LINEAR(moe_down_bf16, FMT_BF16, EPI_F32)
+
+// ---- combine: slots in ascending expert id from +0.0, then the shared partial (COMBINE mode) ----------
+extern "C" __global__ void __launch_bounds__(256) moe_combine(const float* slots, const float* shared, const int* ids,
+                                                              float* out, int rows, int topk, int D) {
+  pdl_wait();
+  int t = blockIdx.y, d = blockIdx.x * 256 + threadIdx.x;
+  if (t >= rows || d >= D) return;
+  const int* id = ids + (size_t)t * topk;
+  float acc = 0.0f;
+  int prev = -1;
+  for (int r = 0; r < topk; r++) {  // the r-th smallest id (ids of a row are distinct)
+    int best = -1;
+    for (int j = 0; j < topk; j++)
+      if (id[j] > prev && (best < 0 || id[j] < id[best])) best = j;
+    prev = id[best];
+    acc = ADD(acc, slots[((size_t)t * topk + best) * D + d]);
+  }
+  if (shared) acc = ADD(acc, shared[(size_t)t * D + d]);
+  out[(size_t)t * D + d] = acc;
+}

@@ -1,0 +1,151 @@
+"""The MoE draft kernels (moe.cu): source assembly, NVRTC build, the ml_dtypes decode tables, and the
+argument struct mirrored in ctypes.
+
+The source is kernels.cu's arithmetic prelude (everything up to and including `psigmoid`: ADD/MUL/DIV,
+bf16 rounding, pexp, PDL waits), the contracts' fp32 constants as exact bit patterns, then moe.cu: the
+MoE kernels share every bit of arithmetic with the mHC kernels instead of restating it.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+from pathlib import Path
+
+import numpy as np
+
+from ...contracts.act_qdq import AMAX_FLOOR, INV_E4M3_MAX
+from ...contracts.moe_gate import NORM_EPS
+from ...contracts.numerics import F32, LOG1P_POLY
+from ...contracts.quant import decode_tables
+from ...errors import BuildError
+from .nvrtc import EXACT_FLAGS, compile_cubin
+
+HERE = Path(__file__).parent
+PRELUDE_END = "__device__ __forceinline__ float psigmoid"
+WARPS = 8  # MOE_WARPS: output rows per block of the linear kernels
+FORMATS = {"mxfp4": 0, "fp8": 1, "bf16": 2}
+KERNELS = ("moe_qdq", "moe_gate", "moe_combine",
+           *(f"moe_{s}_{f}" for s in ("up", "down") for f in FORMATS))
+
+
+def _bits(v) -> str:
+    return f"__uint_as_float(0x{int(np.asarray(v, F32).view(np.uint32)):08x}u)"
+
+
+def constants() -> str:
+    """#defines of the contracts' fp32 constants, bit for bit (no decimal literal re-rounding)."""
+    lines = [f"#define LOG1P_C{j} {_bits(c)}" for j, c in enumerate(LOG1P_POLY)]
+    lines += [f"#define AMAX_FLOOR {_bits(AMAX_FLOOR)}", f"#define INV_E4M3_MAX {_bits(INV_E4M3_MAX)}",
+              f"#define GATE_EPS {_bits(NORM_EPS)}"]
+    return "\n".join(lines) + "\n"
+
+
+def source() -> str:
+    base = (HERE / "kernels.cu").read_text()
+    at = base.find(PRELUDE_END)
+    if at < 0:
+        raise BuildError("kernels.cu no longer defines psigmoid: the MoE kernels cannot take its prelude")
+    prelude = base[:base.index("\n", at) + 1]
+    return prelude + constants() + (HERE / "moe.cu").read_text()
+
+
+def build(arch: str = "sm_90") -> bytes:
+    """NVRTC cubin of every MoE kernel (exact flags); a build error raises BuildError (exit 4)."""
+    return compile_cubin(source(), arch, EXACT_FLAGS, name="moe.cu")
+
+
+u64 = C.c_uint64
+
+
+class MoeLin(C.Structure):
+    """Mirror of `struct MoeLin` in moe.cu (passed by value)."""
+
+    _fields_ = [("xc", u64), ("xs", u64), ("ids", u64), ("rw", u64), ("rows", C.c_int), ("topk", C.c_int),
+                ("act_per_slot", C.c_int), ("w", u64), ("s", u64),
+                ("w_estride", C.c_longlong), ("w_mstride", C.c_longlong), ("w_rstride", C.c_longlong),
+                ("s_estride", C.c_longlong), ("s_mstride", C.c_longlong),
+                ("K", C.c_int), ("N", C.c_int), ("out", u64), ("tables", u64)]
+
+
+def strides(fmt: str, experts: int, mats: int, n: int, k: int) -> dict:
+    """Byte strides of a weight stack [experts, mats, n, k] (codes) and its scales."""
+    row = {"mxfp4": k // 2, "fp8": k, "bf16": 2 * k}[fmt]
+    srow = {"mxfp4": (n, k // 32), "fp8": (n // 32, k // 32), "bf16": (0, 0)}[fmt]
+    smat = srow[0] * srow[1]
+    return dict(w_rstride=row, w_mstride=row * n, w_estride=row * n * mats, s_mstride=smat, s_estride=smat * mats)
+
+
+class MoeDevice:
+    """The MoE kernels on one device: module, decode tables, device arrays and launches (cuda-python
+    driver API through drivers/cuda/api.Checked). Routing stays on the device; launch dimensions
+    come from the shapes only."""
+
+    def __init__(self, cu, arch: str):
+        self.cu = cu
+        self.module = cu.cuModuleLoadData(build(arch))
+        self.funcs = {n: cu.cuModuleGetFunction(self.module, n.encode()) for n in KERNELS}
+        self.allocs: list[int] = []
+        self.tables = self.upload(decode_tables())
+
+    # --- memory ---------------------------------------------------------------------------------
+    def empty(self, nbytes: int) -> int:
+        ptr = int(self.cu.cuMemAlloc(max(int(nbytes), 256)))
+        self.allocs.append(ptr)
+        return ptr
+
+    def upload(self, a: np.ndarray) -> int:
+        a = np.ascontiguousarray(a)
+        ptr = self.empty(a.nbytes)
+        self.cu.cuMemcpyHtoD(ptr, a.ctypes.data, a.nbytes)
+        return ptr
+
+    def download(self, ptr: int, shape, dtype) -> np.ndarray:
+        out = np.empty(shape, dtype=dtype)
+        self.cu.cuMemcpyDtoH(out.ctypes.data, ptr, out.nbytes)
+        return out
+
+    def reset(self) -> None:
+        """Free every array but the decode tables."""
+        for p in self.allocs:
+            if p != self.tables:
+                self.cu.cuMemFree(p)
+        self.allocs = [self.tables]
+
+    def close(self) -> None:
+        for p in self.allocs:
+            self.cu.cuMemFree(p)
+        self.allocs.clear()
+
+    # --- launches -------------------------------------------------------------------------------
+    def qdq(self, x: int, codes: int, scales: int, rows: int, k: int):
+        from .args import Launch
+        return Launch(self.funcs["moe_qdq"], (-(-(k // 32) // 8), rows, 1), (256, 1, 1),
+                      u64(x), u64(codes), u64(scales), C.c_int(rows), C.c_int(k))
+
+    def gate(self, x: int, w: int, bias: int, ids: int, wts: int, rows: int, d: int, e: int, topk: int,
+             route_scale: float = 1.5):
+        from .args import Launch
+        if e > 1024 or topk > 16:
+            raise ValueError("the gate kernel takes at most 1024 experts and top-16")
+        return Launch(self.funcs["moe_gate"], (rows, 1, 1), (1024, 1, 1), u64(x), u64(w), u64(bias), u64(ids),
+                      u64(wts), C.c_int(rows), C.c_int(d), C.c_int(e), C.c_int(topk), C.c_float(route_scale))
+
+    def linear(self, stage: str, fmt: str, *, xc: int, xs: int, ids: int, rw: int, rows: int, topk: int,
+               act_per_slot: bool, w: int, s: int, experts: int, mats: int, n: int, k: int, out: int):
+        """`stage` "up" (w1/w3 pair -> bf16 h) or "down" (-> fp32); ids 0 for a dense (shared) expert."""
+        from .args import Launch
+        if n % WARPS or k % 32:
+            raise ValueError(f"linear shape {n} x {k} is off the grid ({WARPS} rows, 32 inputs)")
+        st = strides(fmt, experts, mats, n, k)
+        args = MoeLin(xc=xc, xs=xs, ids=ids, rw=rw, rows=rows, topk=topk, act_per_slot=int(act_per_slot), w=w,
+                      s=s, K=k, N=n, out=out, tables=self.tables, **st)
+        return Launch(self.funcs[f"moe_{stage}_{fmt}"], (experts, n // WARPS, 1), (WARPS * 32, 1, 1), args)
+
+    def combine(self, slots: int, shared: int, ids: int, out: int, rows: int, topk: int, d: int):
+        from .args import Launch
+        return Launch(self.funcs["moe_combine"], (-(-d // 256), rows, 1), (256, 1, 1), u64(slots), u64(shared),
+                      u64(ids), u64(out), C.c_int(rows), C.c_int(topk), C.c_int(d))
+
+    def launch(self, launches, stream) -> None:
+        for ln in launches:
+            self.cu.cuLaunchKernel(ln.func, *ln.grid, *ln.block, ln.shared, stream, ln.params_ptr, 0)

@@ -1,0 +1,134 @@
+"""`shell replay --breakdown`: where the cycle's time goes, per command, per op kind and per phase.
+
+A driver's session times one profiled epoch node by node (`Session.profile()`: a list of
+(command index, node name, ms) in launch order); this module groups them. The cpu driver's times
+are host numpy times (every rank's share of a command computed together); the cuda driver's come
+from one epoch run as a graph with an event node after every kernel (drivers/cuda/profile.py).
+
+For all-reduces the message size and bandwidths follow nccl-tests (doc/PERFORMANCE.md there):
+size S = elements x bytes per element of one rank's buffer, algbw = S / t, and
+busbw = algbw x 2(n-1)/n, the ring all-reduce's bus factor for n ranks.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ..commands.program import Cycle
+from ..errors import UsageError
+
+#: Op kinds in the order the tables list them.
+KINDS = ("all-reduce", "mHC pre", "mHC post/pre", "head", "Sinkhorn node", "other")
+OP_KIND = {"allreduce": "all-reduce", "mhc_pre": "mHC pre", "mhc_post_pre": "mHC post/pre", "mhc_post_head": "head"}
+
+
+def bus_factor(ranks: int) -> float:
+    """nccl-tests' all-reduce bus bandwidth factor 2(n-1)/n."""
+    return 2.0 * (ranks - 1) / ranks if ranks > 0 else 0.0
+
+
+def node_kind(cycle: Cycle, command: int | None, node: str) -> str:
+    if "sinkhorn" in node.lower():
+        return "Sinkhorn node"
+    if command is None:
+        return "other"
+    return OP_KIND.get(cycle.commands[command].op, "other")
+
+
+def build_breakdown(cycle: Cycle, nodes: list[tuple], how: str) -> dict:
+    """Group a profiled epoch's nodes into per-command rows, per-kind and per-phase sums (ms)."""
+    rows = []
+    for command, node, ms in nodes:
+        ms = float(ms)
+        if ms < 0 or ms != ms:
+            raise UsageError(f"profiled node {node!r} has no valid time ({ms})")
+        kind = node_kind(cycle, command, node)
+        cmd = cycle.commands[command] if command is not None else None
+        row = {"command": command, "node": node, "kind": kind, "ms": ms,
+               "phase": cmd.boundary.phase if cmd else "-", "boundary": cmd.boundary.name if cmd else node}
+        if cmd is not None and cmd.op == "allreduce" and kind == "all-reduce":
+            buf = cycle.buffers[cmd.inputs["x"]]
+            row["bytes"] = buf.nbytes
+        rows.append(row)
+    # an all-reduce may run as several nodes (ring halves, segments): bandwidth over the command's sum
+    ar_ms: dict[int, float] = {}
+    for r in rows:
+        if "bytes" in r:
+            ar_ms[r["command"]] = ar_ms.get(r["command"], 0.0) + r["ms"]
+    factor = bus_factor(cycle.ranks)
+    collectives = []
+    for idx, t in ar_ms.items():
+        size = cycle.buffers[cycle.commands[idx].inputs["x"]].nbytes
+        algbw = size / (t * 1e-3) / 1e9 if t > 0 else None
+        collectives.append({"command": idx, "boundary": cycle.commands[idx].boundary.name, "bytes": size, "ms": t,
+                            "algbw_GBps": algbw, "busbw_GBps": algbw * factor if algbw is not None else None})
+    kinds = {k: {"nodes": 0, "ms": 0.0} for k in KINDS}
+    phases: dict[str, dict[str, float]] = {}
+    for r in rows:
+        kinds[r["kind"]]["nodes"] += 1
+        kinds[r["kind"]]["ms"] += r["ms"]
+        ph = phases.setdefault(r["phase"], {})
+        ph[r["kind"]] = ph.get(r["kind"], 0.0) + r["ms"]
+    for ph in phases.values():
+        ph["total"] = sum(ph.values())
+    return {"how": how, "ranks": cycle.ranks, "bus_factor": factor, "nodes": rows, "collectives": collectives,
+            "kinds": {k: v for k, v in kinds.items() if v["nodes"]}, "phases": phases,
+            "total_ms": sum(r["ms"] for r in rows)}
+
+
+def profile(session, cycle: Cycle) -> dict:
+    """Run one profiled epoch on the session and group it; UsageError where the driver cannot."""
+    prof = getattr(session, "profile", None)
+    if prof is None:
+        raise UsageError(f"{type(session).__name__} cannot time commands one by one; --breakdown runs on the "
+                         "cpu driver and on the cuda driver with emulated ranks (--placement emulated)")
+    nodes = prof()
+    return build_breakdown(cycle, nodes, getattr(session, "profile_how", ""))
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v:.4f}"
+
+
+def _size(n: int) -> str:
+    """MiB, as every text output of the shell (JSON keeps bytes)."""
+    return f"{n / 2**20:.4f} MiB"
+
+
+def render_breakdown(b: dict, console: Console, commands: bool = True) -> None:
+    """Tables: per op kind by phase, per all-reduce (size, algbw, busbw) and per command."""
+    phases = list(b["phases"])
+    kinds = list(b["kinds"])
+    t = Table(title=f"time per op kind and phase, ms (one profiled epoch: {b['how']})")
+    t.add_column("op kind")
+    t.add_column("nodes", justify="right")
+    for ph in phases:
+        t.add_column(ph, justify="right")
+    t.add_column("total", justify="right")
+    t.add_column("share", justify="right")
+    total = b["total_ms"] or 1.0
+    for k in kinds:
+        t.add_row(k, str(b["kinds"][k]["nodes"]), *[_ms(b["phases"][ph].get(k, 0.0)) for ph in phases],
+                  _ms(b["kinds"][k]["ms"]), f"{100 * b['kinds'][k]['ms'] / total:.1f}%")
+    t.add_row("all", str(len(b["nodes"])), *[_ms(b["phases"][ph]["total"]) for ph in phases], _ms(b["total_ms"]),
+              "100.0%", style="bold")
+    console.print(t)
+    if b["collectives"]:
+        c = Table(title=f"all-reduces ({b['ranks']} ranks; algbw = size / time, busbw = algbw x {b['bus_factor']:.3f}, "
+                        "as nccl-tests)")
+        for col in ("boundary", "size", "ms", "algbw GB/s", "busbw GB/s"):
+            c.add_column(col, justify="left" if col == "boundary" else "right")
+        for a in b["collectives"]:
+            c.add_row(a["boundary"], _size(a["bytes"]), _ms(a["ms"]),
+                      "-" if a["algbw_GBps"] is None else f"{a['algbw_GBps']:.3f}",
+                      "-" if a["busbw_GBps"] is None else f"{a['busbw_GBps']:.3f}")
+        console.print(c)
+    if commands:
+        n = Table(title="time per node, ms (in launch order)")
+        for col in ("command", "boundary", "node", "kind", "ms"):
+            n.add_column(col, justify="right" if col in ("command", "ms") else "left")
+        for r in b["nodes"]:
+            n.add_row("-" if r["command"] is None else str(r["command"]), r["boundary"], r["node"], r["kind"],
+                      _ms(r["ms"]))
+        console.print(n)

@@ -1,0 +1,381 @@
+"""On-device check of the MoE draft kernels (drivers/cuda/moe.cu) and their figures, one command.
+
+1. exactness: random cases (rows, hidden, experts, expert width, formats; values over many binades);
+   every kernel's output against its numpy contract, counting mismatching elements per kernel:
+   act_qdq (codes, scales), gate (ids, route weights), routed up (bf16 h) and down (fp32 slots) for
+   packed MXFP4 and expanded bf16 weights, shared expert (FP8 packed, bf16 expanded), combine.
+2. figures at the DeepSeek-V4.1 draft shape (hidden 5120, 128 experts, top-3, expert width 1152 per TP2
+   rank): the routed-expert command (up -> act_qdq(h) -> down, SLOT mode) at T = 5, 10, 20, 32 as a CUDA
+   graph, next to the HBM time of the expert bytes it must read (unique experts x bytes per expert, at
+   the device-to-device copy bandwidth measured in the same run), and torch eager (per-expert loop, as
+   the official model) and torch CUDA graph (gathered batched matmul) of the same MoE on expanded bf16
+   weights. CUDA events, warm-up, medians.
+
+    python tools/cuda_check_moe.py [--cases 40] [--reps 50] [--no-torch] [--json out.json]
+
+Exit 0 when every compared element is exact, 1 otherwise, 3 without a CUDA device, 4 when a kernel
+fails to build or run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from decoder_shell.contracts.act_qdq import QAct, act_qdq  # noqa: E402
+from decoder_shell.contracts.expert import expert, swiglu  # noqa: E402
+from decoder_shell.contracts.moe import ExpertWeights, combine_slots, routed_slots  # noqa: E402
+from decoder_shell.contracts.moe_gate import moe_gate  # noqa: E402
+from decoder_shell.contracts.numerics import F32, to_bf16  # noqa: E402
+from decoder_shell.contracts.qlinear import QWeight, expand, linear  # noqa: E402
+from decoder_shell.drivers.cuda import api  # noqa: E402
+from decoder_shell.drivers.cuda.moe import MoeDevice  # noqa: E402
+from decoder_shell.errors import ShellError  # noqa: E402
+from decoder_shell.replay.compare import mismatches  # noqa: E402
+
+U8, I32 = np.uint8, np.int32
+
+
+def rand_act(rng, t, k, spread=4.0):
+    x = rng.standard_normal((t, k)) * np.exp2(rng.uniform(-spread, spread, (t, k // 32))).repeat(32, axis=1)
+    x[rng.random((t, k)) < 0.03] = 0.0
+    return to_bf16(x)
+
+
+def rand_weights(rng, e, i, d):
+    """Routed MXFP4 stacks (w13 [E,2,I,D/2], s13 [E,2,I,D/32], w2 [E,D,I/2], s2 [E,D,I/32]) and a shared
+    FP8 expert (w13 [2,I,D], s13 [2,I/32,D/32], w2 [D,I], s2 [D/32,I/32])."""
+    r = dict(w13=rng.integers(0, 256, (e, 2, i, d // 2), dtype=U8), s13=rng.integers(118, 122, (e, 2, i, d // 32), dtype=U8),
+             w2=rng.integers(0, 256, (e, d, i // 2), dtype=U8), s2=rng.integers(118, 122, (e, d, i // 32), dtype=U8))
+    c13 = rng.integers(0, 254, (2, i, d), dtype=U8)
+    c2 = rng.integers(0, 254, (d, i), dtype=U8)
+    sh = dict(w13=(c13 + (c13 >= 0x7F)).astype(U8), s13=rng.integers(110, 114, (2, i // 32, d // 32), dtype=U8),
+              w2=(c2 + (c2 >= 0x7F)).astype(U8), s2=rng.integers(110, 114, (d // 32, i // 32), dtype=U8))
+    return r, sh
+
+
+def experts_of(r):
+    return [ExpertWeights(QWeight("mxfp4", r["w13"][e, 0], r["s13"][e, 0]), QWeight("mxfp4", r["w13"][e, 1], r["s13"][e, 1]),
+                          QWeight("mxfp4", r["w2"][e], r["s2"][e])) for e in range(r["w13"].shape[0])]
+
+
+def shared_of(sh):
+    return ExpertWeights(QWeight("fp8", sh["w13"][0], sh["s13"][0]), QWeight("fp8", sh["w13"][1], sh["s13"][1]),
+                         QWeight("fp8", sh["w2"], sh["s2"]))
+
+
+def expanded_stacks(r, sh):
+    """The packed weights decoded once to bf16 (contracts.qlinear.expand), matrix by matrix on all cores."""
+    from concurrent.futures import ThreadPoolExecutor
+    e = r["w13"].shape[0]
+    with ThreadPoolExecutor() as pool:
+        ex13 = np.stack(list(pool.map(lambda j: np.stack([expand(QWeight("mxfp4", r["w13"][j, m], r["s13"][j, m]))
+                                                          for m in range(2)]), range(e))))
+        ex2 = np.stack(list(pool.map(lambda j: expand(QWeight("mxfp4", r["w2"][j], r["s2"][j])), range(e))))
+    sh13 = np.stack([expand(QWeight("fp8", sh["w13"][m], sh["s13"][m])) for m in range(2)])
+    return ex13, ex2, sh13, expand(QWeight("fp8", sh["w2"], sh["s2"]))
+
+
+def upload_weights(dev, r, sh, gate_w, gate_b, expanded=None):
+    """Device copies of the packed and expanded weights and the gate (uploaded once per weight set)."""
+    up = dev.upload
+    ex13, ex2, sh13, sh2 = expanded if expanded is not None else expanded_stacks(r, sh)
+    return {"w": {n: up(v) for n, v in r.items()}, "sh": {n: up(v) for n, v in sh.items()},
+            "xw": {"w13": up(ex13.view(np.uint16)), "w2": up(ex2.view(np.uint16)),
+                   "sh13": up(sh13.view(np.uint16)), "sh2": up(sh2.view(np.uint16))},
+            "gw": up(gate_w.view(np.uint16)), "gb": up(gate_b)}
+
+
+class Moe:
+    """One rank's MoE FFN on the device: buffers and the launch lists of its commands."""
+
+    def __init__(self, dev: MoeDevice, t, d, e, i, k, weights):
+        self.dev, self.t, self.d, self.e, self.i, self.k = dev, t, d, e, i, k
+        self.x = dev.empty(t * d * 2)
+        self.xc, self.xs = dev.empty(t * d), dev.empty(t * d // 32)
+        self.gw, self.gb = weights["gw"], weights["gb"]
+        self.ids, self.rw = dev.empty(t * k * 4), dev.empty(t * k * 4)
+        self.w, self.sh, self.xw = weights["w"], weights["sh"], weights["xw"]
+        s = t * k
+        self.h, self.hc, self.hs = dev.empty(s * i * 2), dev.empty(s * i), dev.empty(s * i // 32)
+        self.slots = dev.empty(s * d * 4)
+        self.hsh, self.hshc, self.hshs = dev.empty(t * i * 2), dev.empty(t * i), dev.empty(t * i // 32)
+        self.ysh, self.out = dev.empty(t * d * 4), dev.empty(t * d * 4)
+
+    def front(self):
+        dev, t, d = self.dev, self.t, self.d
+        return [dev.qdq(self.x, self.xc, self.xs, t, d), dev.gate(self.x, self.gw, self.gb, self.ids, self.rw, t, d, self.e, self.k)]
+
+    def routed(self, fmt="mxfp4"):
+        dev, t, d, e, i, k = self.dev, self.t, self.d, self.e, self.i, self.k
+        w13, s13 = (self.w["w13"], self.w["s13"]) if fmt == "mxfp4" else (self.xw["w13"], 0)
+        w2, s2 = (self.w["w2"], self.w["s2"]) if fmt == "mxfp4" else (self.xw["w2"], 0)
+        return [dev.linear("up", fmt, xc=self.xc, xs=self.xs, ids=self.ids, rw=self.rw, rows=t, topk=k, act_per_slot=False,
+                           w=w13, s=s13, experts=e, mats=2, n=i, k=d, out=self.h),
+                dev.qdq(self.h, self.hc, self.hs, t * k, i),
+                dev.linear("down", fmt, xc=self.hc, xs=self.hs, ids=self.ids, rw=0, rows=t, topk=k, act_per_slot=True,
+                           w=w2, s=s2, experts=e, mats=1, n=d, k=i, out=self.slots)]
+
+    def shared(self, fmt="fp8"):
+        dev, t, d, i = self.dev, self.t, self.d, self.i
+        w13, s13 = (self.sh["w13"], self.sh["s13"]) if fmt == "fp8" else (self.xw["sh13"], 0)
+        w2, s2 = (self.sh["w2"], self.sh["s2"]) if fmt == "fp8" else (self.xw["sh2"], 0)
+        return [dev.linear("up", fmt, xc=self.xc, xs=self.xs, ids=0, rw=0, rows=t, topk=1, act_per_slot=False,
+                           w=w13, s=s13, experts=1, mats=2, n=i, k=d, out=self.hsh),
+                dev.qdq(self.hsh, self.hshc, self.hshs, t, i),
+                dev.linear("down", fmt, xc=self.hshc, xs=self.hshs, ids=0, rw=0, rows=t, topk=1, act_per_slot=True,
+                           w=w2, s=s2, experts=1, mats=1, n=d, k=i, out=self.ysh)]
+
+    def combine(self):
+        return [self.dev.combine(self.slots, self.ysh, self.ids, self.out, self.t, self.k, self.d)]
+
+
+def check_case(dev, cu, stream, rng, t, d, e, i, counts, weights=None):
+    k = min(3, e)
+    if weights is None:
+        r, sh = rand_weights(rng, e, i, d)
+        gw = to_bf16(rng.standard_normal((e, d)) / np.sqrt(d))
+        gb = (rng.standard_normal(e) * 0.1).astype(F32)
+        dw = upload_weights(dev, r, sh, gw, gb)
+    else:
+        r, sh, gw, gb, dw = weights
+    x = rand_act(rng, t, d, 2.0)
+    want = expected(x, r, sh, gw, gb, k)
+    m = Moe(dev, t, d, e, i, k, dw)
+    cu.cuMemcpyHtoD(m.x, x.view(np.uint16).ctypes.data, x.nbytes)
+    for fmt_r, fmt_s in (("mxfp4", "fp8"), ("bf16", "bf16")):
+        dev.launch(m.front() + m.routed(fmt_r) + m.shared(fmt_s) + m.combine(), stream)
+        cu.cuStreamSynchronize(stream)
+        got = {
+            "act_qdq codes": dev.download(m.xc, (t, d), U8), "act_qdq scales": dev.download(m.xs, (t, d // 32), U8),
+            "gate ids": dev.download(m.ids, (t, k), I32), "gate weights": dev.download(m.rw, (t, k), F32),
+            f"routed up h ({fmt_r})": dev.download(m.h, (t * k, i), np.uint16),
+            f"routed down slots ({fmt_r})": dev.download(m.slots, (t, k, d), F32),
+            f"shared expert ({fmt_s})": dev.download(m.ysh, (t, d), F32),
+            "combine": dev.download(m.out, (t, d), F32),
+        }
+        for name, g in got.items():
+            w = want[name.split(" (")[0]]
+            c = counts.setdefault(name, [0, 0])
+            c[0] += int(g.size)
+            c[1] += mismatches(g, w)
+    return m
+
+
+def expected(x, r, sh, gw, gb, k):
+    """Every compared output, from the numpy contracts."""
+    t, i = x.shape[0], r["w13"].shape[2]
+    xq = act_qdq(x)
+    ids, rw = moe_gate(x, gw, gb, k)
+    ex, shw = experts_of(r), shared_of(sh)
+    want_slots = routed_slots(xq, ids, rw, ex)
+    want_sh = expert(xq, shw.w1, shw.w3, shw.w2, None, "float32")
+    want_h = np.zeros((t * k, i), F32)
+    for sl in range(t * k):
+        row, ew = sl // k, ex[int(ids.reshape(-1)[sl])]
+        sub = QAct(xq.codes[row:row + 1], xq.scales[row:row + 1])
+        want_h[sl] = swiglu(linear(sub, ew.w1), linear(sub, ew.w3), rw.reshape(-1)[sl:sl + 1])[0]
+    want_h = to_bf16(want_h)
+    return {"act_qdq codes": xq.codes, "act_qdq scales": xq.scales, "gate ids": ids.astype(I32), "gate weights": rw,
+            "routed up h": want_h.view(np.uint16), "routed down slots": want_slots, "shared expert": want_sh,
+            "combine": combine_slots(want_slots, ids, want_sh)}
+
+
+def graph_time(cu, stream, dev, launches, reps):
+    cu.cuStreamBeginCapture(stream, cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+    dev.launch(launches, stream)
+    graph = cu.cuStreamEndCapture(stream)
+    exe = cu.cuGraphInstantiate(graph, 0)
+    a, b = cu.cuEventCreate(0), cu.cuEventCreate(0)
+    times = []
+    for rep in range(reps + 5):
+        cu.cuEventRecord(a, stream)
+        cu.cuGraphLaunch(exe, stream)
+        cu.cuEventRecord(b, stream)
+        cu.cuStreamSynchronize(stream)
+        if rep >= 5:
+            times.append(float(cu.cuEventElapsedTime(a, b)))
+    return statistics.median(times)
+
+
+def copy_bandwidth(cu, stream, dev, nbytes=2 << 30):
+    src, dst = dev.empty(nbytes), dev.empty(nbytes)
+    a, b = cu.cuEventCreate(0), cu.cuEventCreate(0)
+    ts = []
+    for _ in range(8):
+        cu.cuEventRecord(a, stream)
+        cu.cuMemcpyDtoDAsync(dst, src, nbytes, stream)
+        cu.cuEventRecord(b, stream)
+        cu.cuStreamSynchronize(stream)
+        ts.append(float(cu.cuEventElapsedTime(a, b)))
+    cu.cuMemFree(src), cu.cuMemFree(dst)
+    dev.allocs.remove(src), dev.allocs.remove(dst)
+    return 2 * nbytes / (statistics.median(ts) * 1e-3)  # bytes read + written per second
+
+
+def torch_times(t, d, e, i, k, x, ex13, ex2, ids, rw, reps):
+    """The same routed MoE in torch on expanded bf16 weights: eager as the official model (host-side
+    loop over the experts present), CUDA graph as a gathered batched matmul (no host sync)."""
+    import torch
+    torch.cuda.empty_cache()  # the previous row's weights
+    dev = torch.device("cuda")
+    bf = torch.bfloat16
+    W13 = torch.from_numpy(ex13.view(np.int16)).view(bf).to(dev)
+    W2 = torch.from_numpy(ex2.view(np.int16)).view(bf).to(dev)
+    X = torch.from_numpy(x.view(np.int16)).view(bf).to(dev)
+    IDS = torch.from_numpy(ids.astype(np.int64)).to(dev)
+    RW = torch.from_numpy(rw).to(dev)
+
+    def qdq(v):
+        g = v.float().reshape(v.shape[0], -1, 32)
+        s = torch.exp2(torch.ceil(torch.log2(g.abs().amax(-1, keepdim=True).clamp(min=1e-4) / 448)))
+        return ((g / s).clamp(-448, 448).to(torch.float8_e4m3fn).float() * s).reshape(v.shape).to(bf)
+
+    def eager():
+        xq = qdq(X)
+        y = torch.zeros(t, k, d, dtype=torch.float32, device=dev)
+        for ex in torch.unique(IDS).tolist():
+            rows, slots = torch.nonzero(IDS == ex, as_tuple=True)
+            xr = xq[rows]
+            g = (xr @ W13[ex, 0].T).float().clamp(max=10)
+            u = (xr @ W13[ex, 1].T).float().clamp(-10, 10)
+            h = (torch.nn.functional.silu(g) * u * RW[rows, slots, None]).to(bf)
+            y[rows, slots] = torch.matmul(qdq(h), W2[ex].T).float()
+        return y
+
+    def gathered():
+        xq = qdq(X)
+        sel = IDS.reshape(-1)
+        xr = xq.repeat_interleave(k, 0)[:, None, :]
+        g = torch.bmm(xr, W13[sel, 0].transpose(1, 2)).float().clamp(max=10)
+        u = torch.bmm(xr, W13[sel, 1].transpose(1, 2)).float().clamp(-10, 10)
+        h = (torch.nn.functional.silu(g) * u * RW.reshape(-1, 1, 1)).to(bf)
+        return torch.bmm(qdq(h.reshape(t * k, i)).reshape(t * k, 1, i), W2[sel].transpose(1, 2)).float()
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def timed(fn):
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end)
+
+    for _ in range(3):
+        eager(), gathered()
+    torch.cuda.synchronize()
+    te = statistics.median(timed(eager) for _ in range(max(5, reps // 5)))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        gathered()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gathered()
+    tg = statistics.median(timed(graph.replay) for _ in range(reps))
+    return te, tg
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", type=int, default=40)
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rows", type=int, nargs="*", default=[5, 10, 20, 32])
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    try:
+        raw = api.load()
+    except ShellError as e:
+        print(e, file=sys.stderr)
+        return e.exit_code
+    cu = api.Checked(raw)
+    device = cu.cuDeviceGet(0)
+    attr = raw.CUdevice_attribute
+    arch = "sm_{}{}".format(cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
+                            cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device))
+    name = cu.cuDeviceGetName(128, device)
+    gpu = (name.decode() if isinstance(name, bytes) else str(name)).split("\x00")[0].strip()
+    cu.cuCtxSetCurrent(cu.cuDevicePrimaryCtxRetain(device))
+    stream = cu.cuStreamCreate(1)
+    dev = MoeDevice(cu, arch)
+    rng = np.random.default_rng(args.seed)
+    t0 = time.time()
+
+    counts: dict[str, list[int]] = {}
+    shapes = [(1, 64, 1, 64), (3, 128, 4, 64), (5, 256, 8, 128), (32, 64, 128, 64), (10, 1024, 16, 256)]
+    for c in range(args.cases):
+        t, d, e, i = shapes[c] if c < len(shapes) else (
+            int(rng.integers(1, 33)), 32 * int(rng.integers(1, 33)), int(rng.choice([1, 3, 8, 32, 128])),
+            64 * int(rng.integers(1, 9)))
+        check_case(dev, cu, stream, rng, t, d, e, i, counts)
+        dev.reset()
+    d, e, i, k = 5120, 128, 1152, 3
+    r, sh = rand_weights(rng, e, i, d)
+    gw = to_bf16(rng.standard_normal((e, d)) / np.sqrt(d))
+    gb = (rng.standard_normal(e) * 0.1).astype(F32)
+    expanded = expanded_stacks(r, sh)
+    dw = upload_weights(dev, r, sh, gw, gb, expanded)
+    check_case(dev, cu, stream, rng, 5, d, e, i, counts, (r, sh, gw, gb, dw))  # the draft's own shape
+    bad = sum(c[1] for c in counts.values())
+
+    bw = copy_bandwidth(cu, stream, dev)
+    per_expert = {"mxfp4": 2 * 1152 * 2560 + 2 * 1152 * 160 + 5120 * 576 + 5120 * 36, "bf16": 3 * 1152 * 5120 * 2}
+    figures = []
+    for t in args.rows:
+        m = Moe(dev, t, d, e, i, k, dw)
+        x = rand_act(rng, t, d, 1.0)
+        cu.cuMemcpyHtoD(m.x, x.view(np.uint16).ctypes.data, x.nbytes)
+        dev.launch(m.front(), stream)
+        cu.cuStreamSynchronize(stream)
+        ids = dev.download(m.ids, (t, k), I32)
+        rw = dev.download(m.rw, (t, k), F32)
+        uniq = len(np.unique(ids))
+        row = {"T": t, "unique experts": uniq}
+        for fmt in ("mxfp4", "bf16"):
+            ms = graph_time(cu, stream, dev, m.routed(fmt), args.reps)
+            hbm = uniq * per_expert[fmt] / bw * 1e3
+            row[f"{fmt} ms"], row[f"{fmt} HBM ms"], row[f"{fmt} / HBM"] = ms, hbm, ms / hbm
+        row["shared fp8 ms"] = graph_time(cu, stream, dev, m.shared("fp8"), args.reps)
+        row["front (qdq+gate) ms"] = graph_time(cu, stream, dev, m.front(), args.reps)
+        if not args.no_torch:
+            try:
+                row["torch eager ms"], row["torch graph ms"] = torch_times(t, d, e, i, k, x, expanded[0], expanded[1],
+                                                                           ids, rw, args.reps)
+            except ImportError as err:
+                row["torch eager ms"] = row["torch graph ms"] = f"no torch ({err})"
+        figures.append(row)
+
+    out = {"gpu": gpu, "arch": arch, "seconds": round(time.time() - t0, 1), "copy_bandwidth_GBps": bw / 1e9,
+           "exactness": {n: {"elements": c[0], "mismatching": c[1]} for n, c in counts.items()},
+           "mismatching_elements": bad, "figures": figures, "cases": args.cases + 1}
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    print(f"{gpu} ({arch}), {args.cases + 1} cases, {out['seconds']} s; D2D copy bandwidth {bw / 1e9:.0f} GB/s")
+    print("| kernel output | elements | mismatching |\n|---|---|---|")
+    for n, c in counts.items():
+        print(f"| {n} | {c[0]} | {c[1]} |")
+    cols = list(figures[0]) if figures else []
+    print("\nrouted-expert command, one TP2 rank (D 5120, 128 experts, top-3, width 1152), CUDA graph medians")
+    print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+    for row in figures:
+        print("| " + " | ".join(f"{row[c]:.4f}" if isinstance(row[c], float) else str(row[c]) for c in cols) + " |")
+    return 0 if bad == 0 else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except ShellError as err:  # a build or driver error: one line and its exit code
+        print(f"cuda_check_moe: {err}", file=sys.stderr)
+        sys.exit(err.exit_code)
