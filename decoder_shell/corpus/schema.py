@@ -13,6 +13,7 @@ from pathlib import Path
 import jsonschema
 from jsonschema import Draft202012Validator
 
+from ..contracts.numerics import DTYPES
 from ..errors import CorpusError
 from ..geometry import DRAFT_KINDS, MAX_HIDDEN, MAX_LAYERS, MAX_RANKS, MAX_ROWS, MOE_WEIGHTS, REDUCE_DTYPES
 
@@ -101,12 +102,12 @@ MANIFEST = {
         "op": _TEXT,
         "rank": _int(0, MAX_RANKS - 1),
         "attrs": {"type": "object", "maxProperties": 64},
-        "tensors": {"type": "array", "maxItems": 16, "items": {
+        "tensors": {"type": "array", "maxItems": 64, "items": {
             "type": "object",
             "required": ["name", "role", "dtype", "shape", "digest"],
             "properties": {"name": _TEXT, "role": {"enum": ["input", "param", "output"]},
-                           "dtype": {"enum": ["bfloat16", "float32"]},
-                           "shape": {"type": "array", "maxItems": 4, "items": _int(0, 1 << 31)},
+                           "dtype": {"enum": sorted(DTYPES)},
+                           "shape": {"type": "array", "maxItems": 8, "items": _int(0, 1 << 31)},
                            "digest": {"type": "string", "pattern": "^[0-9a-f]{64}$"}}}},
     },
 }
