@@ -188,7 +188,7 @@ def cmd_replay(args, console: Console) -> int:
         raise UsageError("--epochs must be >= 1, --changed and --settle >= 0")
     corpus = open_corpus(args.corpus)
     check_memory(corpus, "replay")
-    driver = get_driver(args.driver, placement=args.placement)
+    driver = get_driver(args.driver, placement=args.placement, cycle=args.cycle)
     t = args.tracker.expect("bind", len(corpus.geometry.boundaries()), "replay: reading the corpus")
     t.expect("graph", args.settle + args.epochs, "replay: graph epochs")
     t.expect("changed", args.changed, "replay: changed epochs")
@@ -250,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--placement", default="auto", choices=PLACEMENTS,
                    help="cuda: ranks emulated on one GPU, or one process per rank (auto: processes when "
                         "there is a GPU per rank)")
+    s.add_argument("--cycle", default="graph", choices=("graph", "persistent", "persistent-flags"),
+                   help="cuda: the cycle as a graph of kernel nodes, or as one persistent cooperative kernel "
+                        "(its steps separated by grid barriers, or ordered by row counters)")
     s.add_argument("--seed", type=int, default=0, help="seed of the changed epochs' inputs")
     s.add_argument("--json", action="store_true", help="print the full result as JSON")
     s.add_argument("--json-out", type=Path, help="write the JSON result here (the table still prints)")

@@ -140,7 +140,10 @@ class Geometry:
         return [b for p in self.phases for b in p.boundaries()]
 
     def to_json(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["moe"] is None:
+            del d["moe"]  # geometries without a MoE draft serialize as before
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> "Geometry":

@@ -5,9 +5,15 @@ dsv4-flash geometry (D=4096, 43 layers: 86 sub-blocks + the embedding reduction 
 phase (the DESIGN.md 9 table's work). Every side runs the same cycle: per rank, each all-reduce sums
 the R partials, each boundary runs hc_post + hc_pre (transformers-style math on the torch side).
 Also measured: the launch floor (the same graph with every command an empty kernel), the baseline
-without programmatic dependent launch (plain graph edges), and the fused variants. All times: CUDA events, warm-up first, medians over epochs, slowest rank; ratios last.
+without programmatic dependent launch (plain graph edges), the fused variants, and the persistent
+cycle (one resident cooperative kernel, `--persistent`). The production peer (`--vllm-src PATH`, the
+folder holding vLLM's `vllm/` sources): the same cycle with vLLM's own mHC kernels in one torch CUDA
+graph (tools/vllm_peer.py; its Triton path always, TileLang where the tilelang wheel is installed),
+with its mismatching elements against the contracts. All times: CUDA events, warm-up first, medians
+over epochs, slowest rank; ratios last.
 
-    python tools/bench_replay.py [--rows 1 2 4 8] [--tp 4] [--epochs 50] [--json out.json]
+    python tools/bench_replay.py [--rows 1 2 4 8] [--tp 4] [--epochs 50] [--persistent]
+                                 [--vllm-src /path/to/vllm-src] [--only-main] [--json out.json]
 """
 
 from __future__ import annotations
@@ -132,7 +138,7 @@ def torch_times(cyc, values, eager_reps=3, graph_reps=20):
     for _ in range(2):
         run()
     torch.cuda.synchronize()
-    eager = statistics.median(timed(run) for _ in range(eager_reps))
+    eager = statistics.median(timed(run) for _ in range(eager_reps)) if eager_reps else None
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -149,6 +155,20 @@ def torch_times(cyc, values, eager_reps=3, graph_reps=20):
     return eager, g
 
 
+def vllm_rows(cyc, values, expected, src: Path, paths) -> dict:
+    """The production peer's rows; a path that cannot load here is reported with its reason, not fatal."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import vllm_peer
+    out = {}
+    for path in paths:
+        name = f"vllm {path} peer"
+        try:
+            out[name] = vllm_peer.measure(cyc, values, expected, src, path)
+        except Exception as e:  # a peer that cannot run here (no tilelang wheel, ...) is a note, not a failure
+            print(f"{name}: not run ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})", flush=True)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8])
@@ -157,9 +177,16 @@ def main():
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--cluster", action="store_true", help="also the thread-block-cluster mHC variant")
     ap.add_argument("--fixed-width", action="store_true", help="also the fixed-width fused-m2/m4/m8 variants")
+    ap.add_argument("--persistent", action="store_true", help="also the persistent cycle kernel")
+    ap.add_argument("--vllm-src", type=Path, help="folder holding vLLM's vllm/ sources: the production peer")
+    ap.add_argument("--vllm-paths", nargs="+", default=["triton", "tilelang"], choices=["triton", "tilelang"])
+    ap.add_argument("--only-main", action="store_true",
+                    help="baseline, persistent, floor, torch graph and peers only (no eager torch, no ablation rows)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     drv = get_driver("cuda", placement="emulated")
+    persistent = get_driver("cuda", placement="emulated", cycle="persistent") if args.persistent else None
+    flags = get_driver("cuda", placement="emulated", cycle="persistent-flags") if args.persistent else None
     plain = get_driver("cuda", placement="emulated", pdl=False)
     rows_out = []
     for m in args.rows:
@@ -169,9 +196,14 @@ def main():
         t0 = time.time()
         expected = reference(cyc, values)
         mh = [c.index for c in cyc.commands if c.op != "allreduce"]
-        configs = {"shell baseline": (drv, {}), "shell baseline, plain edges (no PDL)": (plain, {}),
-                   "shell grid-barrier mHC": (drv, {i: "grid-barrier" for i in mh}),
-                   "shell fused-allreduce-mhc": (drv, {i: "fused-allreduce-mhc" for i in mh})}
+        configs = {"shell baseline": (drv, {})}
+        if persistent is not None:
+            configs["shell persistent"] = (persistent, {})
+            configs["shell persistent, row flags"] = (flags, {})
+        if not args.only_main:
+            configs.update({"shell baseline, plain edges (no PDL)": (plain, {}),
+                            "shell grid-barrier mHC": (drv, {i: "grid-barrier" for i in mh}),
+                            "shell fused-allreduce-mhc": (drv, {i: "fused-allreduce-mhc" for i in mh})})
         if args.cluster:
             configs["shell cluster"] = (drv, {i: "cluster" for i in mh})
         if m in (2, 4, 8) and args.fixed_width:
@@ -182,15 +214,18 @@ def main():
             med, bad, nodes = shell_times(d, cyc, values, expected, v, args.epochs)
             row[name] = {"ms": med, "mismatches": bad if "empty" not in name else None, "kernel_nodes": nodes}
         if not args.no_torch:
-            eager, graph = torch_times(cyc, values)
-            row["torch eager"] = {"ms": eager}
+            eager, graph = torch_times(cyc, values, eager_reps=0 if args.only_main else 3)
+            if eager is not None:
+                row["torch eager"] = {"ms": eager}
             row["torch cuda graph"] = {"ms": graph}
+        if args.vllm_src:
+            row.update(vllm_rows(cyc, values, expected, args.vllm_src, args.vllm_paths))
         row["seconds"] = round(time.time() - t0, 1)
         rows_out.append(row)
         print(json.dumps(row), flush=True)
     if args.json:
         args.json.write_text(json.dumps({"driver": drv.describe(), "rows": rows_out}, indent=1))
-    names = [k for k in rows_out[0] if isinstance(rows_out[0][k], dict)]
+    names = list(dict.fromkeys(k for r in rows_out for k in r if isinstance(r[k], dict)))
     print(f"\n{drv.describe()}, dsv4-flash, TP{args.tp} emulated, verify only; ms per cycle, slowest rank (median)")
     print("| implementation | " + " | ".join(f"M={r['M']}" for r in rows_out) + " |")
     print("|---|" + "---|" * len(rows_out))
@@ -202,7 +237,15 @@ def main():
             if n.startswith("shell"):
                 print(f"| ratio {n} / {base} | " + " | ".join(
                     f"{r[n]['ms'] / r[base]['ms']:.4f}" if n in r else "-" for r in rows_out) + " |")
-    print("| mismatching elements (shell baseline) | " + " | ".join(str(r["shell baseline"]["mismatches"]) for r in rows_out) + " |")
+    for n in names:
+        if "mismatches" in rows_out[0].get(n, {}) and rows_out[0][n]["mismatches"] is not None:
+            print(f"| mismatching elements ({n}) | " + " | ".join(
+                str(r[n]["mismatches"]) if n in r else "-" for r in rows_out) + " |")
+    for peer in ("vllm tilelang peer", "vllm triton peer"):
+        for n in ("shell baseline", "shell persistent"):
+            if all(peer in r and n in r for r in rows_out):
+                print(f"| ratio {n} / {peer} | " + " | ".join(f"{r[n]['ms'] / r[peer]['ms']:.4f}" for r in rows_out) + " |")
+    return rows_out
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ from ..errors import DriverUnavailable, UsageError
 from .base import Driver, Session
 
 NAMES = ("auto", "cpu", "cuda", "level-zero")
-#: Options only the cuda driver takes: where ranks run (PLACEMENTS) and PDL edges.
-CUDA_OPTIONS = ("placement", "pdl")
+#: Options only the cuda driver takes: where ranks run (PLACEMENTS), PDL edges, and the cycle's form
+#: (a graph, or one persistent kernel).
+CUDA_OPTIONS = ("placement", "pdl", "cycle")
 #: Where the cuda driver runs ranks: one process per rank when there is a GPU per rank (auto), all on one
 #: device (emulated), or one process per rank regardless (processes).
 PLACEMENTS = ("auto", "emulated", "processes")
@@ -23,6 +24,8 @@ def get_driver(name: str = "auto", **options) -> Driver:
     cuda_only = {k: options.pop(k) for k in CUDA_OPTIONS if k in options}  # other drivers ignore them
     if name in ("cpu", "level-zero") and cuda_only.get("placement", "auto") != "auto":
         raise UsageError(f"--placement is a cuda driver option (the {name} driver runs every rank in one process)")
+    if name in ("cpu", "level-zero") and cuda_only.get("cycle", "graph") != "graph":
+        raise UsageError(f"--cycle persistent is a cuda driver option (the {name} driver has no persistent kernel)")
     if name == "auto":
         try:
             return get_driver("cuda", **options, **cuda_only)

@@ -14,13 +14,40 @@ from . import api
 from .session import CudaSession
 from .variants import describe
 
+#: How a session runs the cycle: a graph of kernel nodes, or one persistent cooperative kernel.
+CYCLES = ("graph", "persistent", "persistent-flags")
+PERSISTENT_VARIANTS = {
+    "persistent": "the whole cycle as one resident cooperative kernel (mHC boundaries with their all-reduce folded "
+                  "in, separated by grid barriers on a 64-bit counter; next weights prefetched into L2; emulated "
+                  "ranks; select every command: --candidate cycle=persistent)",
+    "persistent-flags": "the persistent kernel with its steps ordered by 64-bit (rank, row) counters instead of grid "
+                        "barriers: a unit waits only for the units that made its row (select every command)",
+    "persistent-fma": "the persistent kernel built with FMA contraction (deliberately inexact)",
+}
+
+
+def persistent_form(cycle, variants, default: str) -> str:
+    """'persistent' / 'persistent-fma' when the whole cycle is to run as one kernel, else ''.
+    The persistent kernel replaces every command at once, so it is all commands or none."""
+    named = {i for i, v in (variants or {}).items() if isinstance(v, str) and v in PERSISTENT_VARIANTS}
+    if not named:
+        return default if default in PERSISTENT_VARIANTS and not variants else ""
+    forms = {variants[i] for i in named}
+    if len(named) != len(cycle.commands) or len(forms) > 1:
+        raise UsageError("the persistent cycle replaces every command at once: select the whole cycle "
+                         "(--candidate cycle=persistent)")
+    return forms.pop()
+
 
 class CudaDriver(Driver):
     name = "cuda"
 
-    def __init__(self, device: int = 0, placement: str = "auto", pdl: bool = True):
+    def __init__(self, device: int = 0, placement: str = "auto", pdl: bool = True, cycle: str = "graph"):
         if placement not in PLACEMENTS:
             raise UsageError(f"unknown placement {placement!r}; choose one of {', '.join(PLACEMENTS)}")
+        if cycle not in CYCLES:
+            raise UsageError(f"unknown cycle form {cycle!r}; choose one of {', '.join(CYCLES)}")
+        self.cycle_form = cycle
         raw = api.load()
         self.cu = api.Checked(raw)
         n = self.cu.cuDeviceGetCount()
@@ -48,6 +75,9 @@ class CudaDriver(Driver):
 
     def load(self, cycle, variants=None):
         refuse_moe(cycle, "cuda")
+        form = persistent_form(cycle, variants, self.cycle_form)
+        if form:
+            return self._load_persistent(cycle, form)
         self._last = self.placement_for(cycle.ranks)
         if self._last == "processes":
             from .processes import ProcessSession
@@ -57,8 +87,19 @@ class CudaDriver(Driver):
         self.cu.cuCtxSetCurrent(self.ctx)
         return CudaSession(self, cycle, variants, pdl=self.pdl)
 
+    def _load_persistent(self, cycle, form: str):
+        if self.placement_for(cycle.ranks) == "processes":  # one persistent kernel per rank process
+            from .processes import ProcessSession
+            self._last = "processes"
+            self._devices = [(self.device_index + r) % self.device_count for r in range(cycle.ranks)]
+            return ProcessSession(self._devices, cycle, {c.index: form for c in cycle.commands}, pdl=self.pdl)
+        from .persistent import PersistentSession
+        self._last = "persistent"
+        self.cu.cuCtxSetCurrent(self.ctx)
+        return PersistentSession(self, cycle, fma=form == "persistent-fma", flags=form == "persistent-flags")
+
     def available_variants(self) -> dict:
-        return describe()
+        return {**describe(), **PERSISTENT_VARIANTS}
 
     def versions(self) -> dict:
         """GPU, driver API, NVRTC and cuda-python versions (for the provenance of results)."""
@@ -83,7 +124,9 @@ class CudaDriver(Driver):
             used = sorted(set(self._devices))
             shared = " (ranks share devices)" if len(used) < len(self._devices) else ""
             return f"cuda ({self.gpu}, {self.arch}, one process per rank on devices {used}{shared})"
+        if self._last == "persistent":
+            return f"cuda ({self.gpu}, {self.arch}, emulated ranks on one device, persistent cycle kernel)"
         return f"cuda ({self.gpu}, {self.arch}, emulated ranks on one device)"
 
 
-__all__ = ["CudaDriver", "PLACEMENTS"]
+__all__ = ["CudaDriver", "CYCLES", "PLACEMENTS"]

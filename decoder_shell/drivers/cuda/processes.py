@@ -29,7 +29,14 @@ def _worker(rank: int, device: int, cycle, variants, pdl: bool, barrier, conn):
     session = None
     try:
         drv = CudaDriver(device)
-        session = CudaSession(drv, cycle, variants, rank=rank, pdl=pdl, build=False)
+        from . import persistent_form
+        form = persistent_form(cycle, variants, "graph")
+        if form:  # the whole cycle as one persistent kernel of this rank
+            from .persistent import PersistentSession
+            session = PersistentSession(drv, cycle, rank=rank, fma=form == "persistent-fma",
+                                        flags=form == "persistent-flags")
+        else:
+            session = CudaSession(drv, cycle, variants, rank=rank, pdl=pdl, build=False)
         conn.send(("ok", session.export_handles()))
         session.attach_peers(conn.recv())
         session.build()
