@@ -50,6 +50,7 @@ GEOMETRY = {
         "mhc": {"type": "object", "additionalProperties": False,
                 "properties": {"hc_eps": _EPS, "norm_eps": _EPS,
                                "sinkhorn_iters": _int(1, MAX_SINKHORN_ITERS)}},
+        "fused_norm": {"type": "boolean"},
         "moe": {"type": ["object", "null"], "additionalProperties": False,
                 "properties": {"experts": _int(1, 1024), "top_k": _int(1, 16), "width": _int(1, 1 << 20),
                                "weights": {"enum": list(MOE_WEIGHTS)}}},
