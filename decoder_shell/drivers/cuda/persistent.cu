@@ -147,23 +147,33 @@ __device__ __forceinline__ void row_wait(const PArgs& p, const PStep& prod, int 
   __syncthreads();
 }
 
-// Mixes of row m from the 8 lane-group partials a boundary left in scratch (as the Sinkhorn node).
+// Row m's 8 lane-group partials of output o and of the sum of squares, as a boundary left them in
+// scratch (loads only: a caller may issue them first and mix later).
 template <int NOUT>
-__device__ __forceinline__ float row_mix(const float* scratch, int m, int o, int N, float eps) {
+__device__ __forceinline__ void row_partials(const float* scratch, int m, int o, float (&v)[LANES / BLOCK],
+                                             float (&ss)[LANES / BLOCK]) {
   const float* p = scratch + (size_t)m * (LANES / BLOCK) * (NOUT + 1);
-  float v[LANES / BLOCK], ss[LANES / BLOCK];
 #pragma unroll
   for (int b = 0; b < LANES / BLOCK; b++) {
     v[b] = __ldcg(p + b * (NOUT + 1) + o + 1);
     ss[b] = __ldcg(p + b * (NOUT + 1));
   }
+}
+
+// Mixes of row m from the 8 lane-group partials a boundary left in scratch (as the Sinkhorn node).
+template <int NOUT>
+__device__ __forceinline__ float row_mix(const float* scratch, int m, int o, int N, float eps) {
+  float v[LANES / BLOCK], ss[LANES / BLOCK];
+  row_partials<NOUT>(scratch, m, o, v, ss);
   return block_mix(v, ss, N, eps);
 }
 
-// post and comb of row m of boundary `a` (24 outputs) into post[4], comb[16]; all 32 lanes of one warp.
-__device__ __forceinline__ void post_comb(const MhcArgs& a, int m, float* post, float* comb) {
+// post and comb of row m of boundary `a` (24 outputs) into post[4], comb[16] from its partials (v, ss
+// as row_partials<24> loads them for output t < 24 ? t : 0); all 32 lanes of one warp.
+__device__ __forceinline__ void post_comb_from(const MhcArgs& a, int m, float (&v)[LANES / BLOCK],
+                                               float (&ss)[LANES / BLOCK], float* post, float* comb) {
   const int t = threadIdx.x & 31;
-  const float mix = row_mix<24>(a.scratch, m, t < 24 ? t : 0, HC * a.D, a.norm_eps);
+  const float mix = block_mix(v, ss, HC * a.D, a.norm_eps);
   if (t >= HC && t < 2 * HC) post[t - HC] = MUL(2.0f, psigmoid(ADD(MUL(mix, a.scale[1]), a.base[t])));
   const float cm = __shfl_sync(0xffffffffu, mix, 2 * HC + (t & 15));
   const int j = (t >> 2) & 3, k = t & 3;
@@ -172,37 +182,28 @@ __device__ __forceinline__ void post_comb(const MhcArgs& a, int m, float* post, 
   if (t < 16) comb[t] = c;
 }
 
-// The lane's inputs of lane_streams (x, or every rank's partial of it, and the residual columns)
-// requested into L1 while warp 0 runs the Sinkhorn: a hint only (these lines are not written in this step).
-template <bool FUSED, int Q>
-__device__ __forceinline__ void prefetch_lane_inputs(const MhcArgs& a, int m, int lane) {
-#pragma unroll
-  for (int q = 0; q < Q; q++) {
-    const size_t xd = (size_t)m * a.D + lane + q * LANES;
-    if (FUSED) {
-      for (int r = 0; r < a.ring.ranks; r++)
-        asm volatile("prefetch.global.L1 [%0];" :: "l"((const char*)a.peers[r] + xd * (a.ring.is_bf16 ? 2 : 4)));
-    } else {
-      asm volatile("prefetch.global.L1 [%0];" :: "l"((const char*)a.x + xd * (a.x_is_bf16 ? 2 : 4)));
-    }
-#pragma unroll
-    for (int h = 0; h < HC; h++)
-      asm volatile("prefetch.global.L1 [%0];" :: "l"(a.residual + ((size_t)m * HC + h) * a.D + lane + q * LANES));
-  }
+// post and comb of row m of boundary `a` (24 outputs) into post[4], comb[16]; all 32 lanes of one warp.
+__device__ __forceinline__ void post_comb(const MhcArgs& a, int m, float* post, float* comb) {
+  const int t = threadIdx.x & 31;
+  float v[LANES / BLOCK], ss[LANES / BLOCK];
+  row_partials<24>(a.scratch, m, t < 24 ? t : 0, v, ss);
+  post_comb_from(a, m, v, ss, post, comb);
 }
 
 // Row m's post and comb from the producer's partials for a unit of boundary `a` (its args in shared
 // memory): made in warp 0 into shared memory (PC_OFF of sh, kept across the block's units of the row:
 // `key` names the step, rank and row whose values it holds), stored once to the outputs, and the
-// unit's post_in / comb_in pointed at the shared copy, so lane_streams reads them without a round
-// trip to memory. All threads call it.
+// unit's post_in / comb_in pointed at the shared copy, so lane_streams_from reads them without a round
+// trip to memory. `fresh`: pc_key did not hold `key` (warp 0 then loaded the partials into pv, pss).
+// All threads call it.
 #define PC_OFF 64
 __device__ __forceinline__ void unit_post_comb(const MhcArgs& a, const MhcArgs& prod, int m, int key, int* pc_key,
-                                               float* sh) {
+                                               float* sh, bool fresh, float (&pv)[LANES / BLOCK],
+                                               float (&pss)[LANES / BLOCK]) {
   const int t = threadIdx.x;
   float* pc = sh + PC_OFF;  // [0, HC): post, [HC, HC + HC*HC): comb
-  if (*(volatile int*)pc_key != key) {
-    if (t < 32) post_comb(prod, m, pc, pc + HC);
+  if (fresh) {
+    if (t < 32) post_comb_from(prod, m, pv, pss, pc, pc + HC);
     __syncthreads();
     if (t < HC) const_cast<float*>(a.post_in)[m * HC + t] = pc[t];
     else if (t < HC + HC * HC) const_cast<float*>(a.comb_in)[m * HC * HC + t - HC] = pc[t];
@@ -230,29 +231,38 @@ __device__ void mhc_unit(const PArgs& p, int s, int r, const PStep& st, const Mh
 #pragma unroll
   for (int o = 0; o <= G; o++) acc[0][o] = 0.0f;
   if constexpr (Q > 0) {
+    // Loads first, in the order they are needed, then the serial work: warp 0's producer partials
+    // (the Sinkhorn's inputs), every lane's x (all ranks' partials when the all-reduce is folded) and
+    // residual, then the weights; warp 0 runs post and comb while all of them are in flight (the
+    // other warps wait at its barrier with their loads landing), and the fold and mix follow. The
+    // same operations in the same order as lane_streams: only the time the loads are issued moved.
     constexpr int UF = 16 < HC * Q ? 16 : HC * Q;
+    const bool pc_needed = OP != OP_PRE && st.prev >= 0;
+    const bool fresh = pc_needed && *(volatile int*)pc_key != key;
+    if (fresh && p.sync) row_wait(p, p.steps[st.prev], r, m, s);  // (uniform: pc_key is the block's)
+    float pv[LANES / BLOCK], pss[LANES / BLOCK];
+    if (fresh && t < 32) row_partials<24>(prod.scratch, m, t < 24 ? t : 0, pv, pss);
+    float xr[Q][MAXR], res[Q][HC];
+    lane_inputs<OP, FUSED, Q>(a, m, lane, xr, res);
     float f[UF][G];
 #pragma unroll
     for (int u = 0; u < UF; u++)
 #pragma unroll
       for (int o = 0; o < G; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + u * LANES);
-    if (OP != OP_PRE && st.prev >= 0) {
-      if (*(volatile int*)pc_key != key) {
-        if (p.sync) row_wait(p, p.steps[st.prev], r, m, s);
-        prefetch_lane_inputs<FUSED, Q>(a, m, lane);
-      }
-      unit_post_comb(a, prod, m, key, pc_key, sh);
-    }
+    if (pc_needed) unit_post_comb(a, prod, m, key, pc_key, sh, fresh, pv, pss);
     stamp(stp, 2);
     float sv[1][HC * Q];
-    lane_streams<OP, FUSED, Q>(a, m, lane, writer, sv[0]);
+    lane_streams_from<OP, FUSED, Q>(a, m, lane, writer, xr, res, sv[0]);
     stamp(stp, 3);
     lane_dots<1, G, UF, Q>(a, f, sv, acc, o0, lane, N);
     stamp(stp, 4);
   } else {
     if (OP != OP_PRE && st.prev >= 0) {
-      if (p.sync && *(volatile int*)pc_key != key) row_wait(p, p.steps[st.prev], r, m, s);
-      unit_post_comb(a, prod, m, key, pc_key, sh);
+      const bool fresh = *(volatile int*)pc_key != key;
+      if (p.sync && fresh) row_wait(p, p.steps[st.prev], r, m, s);
+      float pv[LANES / BLOCK], pss[LANES / BLOCK];
+      if (fresh && t < 32) row_partials<24>(prod.scratch, m, t < 24 ? t : 0, pv, pss);
+      unit_post_comb(a, prod, m, key, pc_key, sh, fresh, pv, pss);
     }
     stamp(stp, 2);
     for (int i = lane; i < N; i += LANES) {
