@@ -367,21 +367,34 @@ __device__ void persistent_cycle(const PArgs& p) {
   __syncthreads();
   const u64 base = base_s;
   for (int s = 0; s <= p.nsteps; s++) {
-    if (s > 0 && !p.sync) {
-      if (s == p.skip_step && blockIdx.x == G - 1) return;
-      if (!grid_barrier(p, base + (u64)s * G, s, &ok_s)) return;
-    }
-    if (p.trace && blockIdx.x == 0 && t == 0) p.trace[s] = globaltimer();
-    u64* stp = p.detail && blockIdx.x == 0 ? p.detail + (size_t)s * 8 : nullptr;
-    stamp(stp, 0);
-    if (p.mode == 1 || s == p.nsteps && (s == 0 || p.steps[s - 1].kind != 1)) continue;
-    const PStep* st = s < p.nsteps ? p.steps + s : nullptr;
-    const PStep* pend = s > 0 && p.steps[s - 1].kind == 1 ? p.steps + s - 1 : nullptr;
+    // This step's items and its first item's arguments are read before the barrier (the table is
+    // constant over the launch): the chain of dependent loads from the step header to the argument
+    // copy overlaps the wait instead of following it.
+    const bool work = p.mode != 1 && (s < p.nsteps || s > 0 && p.steps[s - 1].kind == 1);
+    const PStep* st = work && s < p.nsteps ? p.steps + s : nullptr;
+    const PStep* pend = work && s > 0 && p.steps[s - 1].kind == 1 ? p.steps + s - 1 : nullptr;
     const int U = !st ? 0 : st->kind == 0 ? st->nunits : p.nlocal * st->rows * (LANES / BLOCK) * st->groups;
     const int F = pend ? p.nlocal * pend->rows * (LANES / BLOCK) : 0;
     // contiguous items per block: consecutive units share (rank, row), so post and comb are made once
     const int per = (U + F + (int)G - 1) / (int)G;
     const int u0 = (int)blockIdx.x * per, u1 = min(U + F, u0 + per);
+    const bool pre = u0 < u1 && (u0 >= U || st->kind == 1);  // the first item's arguments are copied now
+    if (pre && u0 < U) {
+      const int r = p.rank0 + u0 / (LANES / BLOCK) / st->groups / st->rows;
+      copy_args(&args_s[0], st->mh[r]);
+      if (st->prev >= 0) copy_args(&args_s[1], p.steps[st->prev].mh[r]);
+    } else if (pre) {
+      copy_args(&args_s[0], pend->mh[p.rank0 + (u0 - U) / (LANES / BLOCK) / pend->rows]);
+    }
+    if (s > 0 && !p.sync) {
+      if (s == p.skip_step && blockIdx.x == G - 1) return;
+      if (!grid_barrier(p, base + (u64)s * G, s, &ok_s)) return;
+    }
+    __syncthreads();  // the copies above are visible (the barrier's own, where there is one)
+    if (p.trace && blockIdx.x == 0 && t == 0) p.trace[s] = globaltimer();
+    u64* stp = p.detail && blockIdx.x == 0 ? p.detail + (size_t)s * 8 : nullptr;
+    stamp(stp, 0);
+    if (!work) continue;
     // the next step's weights into L2: by the blocks with no unit (finish items or nothing), off the
     // critical path; when every block has units, by every block after its items
     const int first_spare = per > 0 ? (U + per - 1) / per : (int)G;
@@ -405,7 +418,7 @@ __device__ void persistent_cycle(const PArgs& p) {
         rest /= st->groups;
         const int m = rest % st->rows, r = p.rank0 + rest / st->rows;
         const int key = (s * MAXR + r) * 4096 + m;
-        if (u == u0 || b == 0) {  // a new rank or row: its arguments into shared memory
+        if (u == u0 ? !pre : b == 0) {  // a new rank or row: its arguments into shared memory
           copy_args(&args_s[0], st->mh[r]);
           if (st->prev >= 0) copy_args(&args_s[1], p.steps[st->prev].mh[r]);
           __syncthreads();
@@ -416,7 +429,7 @@ __device__ void persistent_cycle(const PArgs& p) {
         const int v = u - U;
         const int b = v % (LANES / BLOCK), m = (v / (LANES / BLOCK)) % pend->rows;
         const int r = p.rank0 + v / (LANES / BLOCK) / pend->rows;
-        copy_args(&args_s[0], pend->mh[r]);
+        if (u != u0 || !pre) copy_args(&args_s[0], pend->mh[r]);
         if (p.sync) row_wait(p, *pend, r, m, s);  // (ends with the block's barrier)
         __syncthreads();
         if (pend->op == OP_POST_HEAD) finish_item<HC>(*pend, args_s[0], m, b, sh);
