@@ -316,15 +316,26 @@ __device__ void finish_item(const PStep& st, const MhcArgs& a, int m, int b, flo
   }
 }
 
-// Every thread of the grid requests a slice of step s's projection weights (every rank) into L2.
+// Every thread of the grid requests a slice of step s's projection weights (every rank) into L2, and,
+// for a boundary with its all-reduce folded in and every rank on this device, the ranks' partials it
+// folds (cycle inputs: a unit's first loads, otherwise cold HBM reads on the step's critical path).
+// A prefetch into L2 is a hint (L2 is where the device's writes meet), so it cannot change a value.
 // (blocks idx of count, or every block after its items when none is spare)
 __device__ __forceinline__ void prefetch_step(const PStep& st, int rank0, int nlocal, int idx, int count) {
   if (st.kind != 1) return;
-  const int lines = (st.nout * HC * st.mh[rank0].D * 4 + 127) / 128;
+  const MhcArgs& a0 = st.mh[rank0];
+  const int lines = (st.nout * HC * a0.D * 4 + 127) / 128;
   for (int r = 0; r < nlocal; r++) {
     const char* fn = (const char*)st.mh[rank0 + r].fn;
     for (int l = idx * BLOCK + threadIdx.x; l < lines; l += count * BLOCK)
       asm volatile("prefetch.global.L2 [%0];" :: "l"(fn + (size_t)l * 128));
+  }
+  if (!st.fused || st.flag_in) return;  // peers in other processes' memory: left to the loads
+  const int xlines = (st.rows * a0.D * (a0.ring.is_bf16 ? 2 : 4) + 127) / 128;
+  for (int q = 0; q < a0.ring.ranks; q++) {
+    const char* x = (const char*)a0.peers[q];
+    for (int l = idx * BLOCK + threadIdx.x; l < xlines; l += count * BLOCK)
+      asm volatile("prefetch.global.L2 [%0];" :: "l"(x + (size_t)l * 128));
   }
 }
 
