@@ -106,11 +106,15 @@ struct Ring {
 __device__ __forceinline__ int pmod(int a, int m) { int r = a % m; return r < 0 ? r + m : r; }
 __device__ __forceinline__ int cdiv(int a, int b) { return (a + b - 1) / b; }
 
-// owner rank of element e (the rank that ends a ring step holding its chunk fully reduced)
+// owner rank of element e (the rank that ends a ring step holding its chunk fully reduced).
+// One segment (the common contract) skips the segment's division: its bounds are the whole range.
 __device__ __forceinline__ int ring_owner(const Ring& c, int e) {
-  int seg = cdiv(c.n, c.segments);
-  int s = e / seg, lo = s * seg;
-  int m = min(seg, c.n - lo);
+  int lo = 0, m = c.n;
+  if (c.segments > 1) {
+    const int seg = cdiv(c.n, c.segments), s = e / seg;
+    lo = s * seg;
+    m = min(seg, c.n - lo);
+  }
   int chunks = c.cpr * c.ranks;
   if (c.per) chunks = max(chunks, cdiv(m, c.per));
   chunks = cdiv(chunks, c.ranks) * c.ranks;
@@ -131,12 +135,16 @@ __device__ __forceinline__ void ring_load(const void* const* in, const Ring& c, 
   for (int q = 0; q < MAXR; q++) v[q] = q < c.ranks ? ld(in[q], e, c.is_bf16) : 0.0f;
 }
 __device__ __forceinline__ float ring_fold_loaded(const float (&v)[MAXR], const Ring& c, int e) {
-  int start = pmod(ring_owner(c, e) + c.offset, c.ranks);
+  // step t folds rank (start + t * dir) mod R: dir is +1 or -1, so r walks by one and wraps
+  int r = pmod(ring_owner(c, e) + c.offset, c.ranks);
   float acc = 0.0f;
 #pragma unroll
   for (int t = 0; t < MAXR; t++) {
     if (t < c.ranks) {
-      const int r = pmod(start + t * c.dir, c.ranks);
+      if (t > 0) {
+        r += c.dir;
+        r = r == c.ranks ? 0 : r < 0 ? c.ranks - 1 : r;
+      }
       float x = v[0];
 #pragma unroll
       for (int q = 1; q < MAXR; q++) x = q == r ? v[q] : x;
