@@ -295,10 +295,21 @@ __device__ void mhc_unit(const PArgs& p, int s, int r, const PStep& st, const Mh
 
 // A finish item of a boundary whose partials are complete: pre of row m and its collapse over the
 // columns d = b*128 + t (+ k*1024); the lane group 0 item also writes post and comb when asked.
-template <int NOUT>
+// On the fast path (Q > 0: D = Q*1024) the item's stream values are loaded before warp 0 makes pre,
+// so their round trip overlaps it; the arithmetic is the same either way.
+template <int NOUT, int Q>
 __device__ void finish_item(const PStep& st, const MhcArgs& a, int m, int b, float* sh) {
   const int t = threadIdx.x;
   float* pre_s = sh;
+  const bf16_t* sm = a.streams + (size_t)m * HC * a.D;
+  constexpr int QL = Q > 0 ? Q : 1;
+  bf16_t sv[QL][HC];
+  if constexpr (Q > 0) {
+#pragma unroll
+    for (int q = 0; q < Q; q++)
+#pragma unroll
+      for (int h = 0; h < HC; h++) sv[q][h] = __ldcg(sm + (size_t)h * a.D + b * BLOCK + t + q * LANES);
+  }
   if (t < 32) {
     const float mix = row_mix<NOUT>(a.scratch, m, t < HC ? t : 0, HC * a.D, a.norm_eps);
     if (t < HC) pre_s[t] = ADD(psigmoid(ADD(MUL(mix, a.scale[0]), a.base[t])), a.hc_eps);
@@ -306,13 +317,23 @@ __device__ void finish_item(const PStep& st, const MhcArgs& a, int m, int b, flo
     post_comb(a, m, a.post_out + m * HC, a.comb_out + m * HC * HC);
   }
   __syncthreads();
-  const bf16_t* sm = a.streams + (size_t)m * HC * a.D;
-  for (int d = b * BLOCK + t; d < a.D; d += LANES) {
-    float v = MUL(pre_s[0], bf2f(__ldcg(sm + d)));
-    v = ADD(v, MUL(pre_s[1], bf2f(__ldcg(sm + a.D + d))));
-    v = ADD(v, MUL(pre_s[2], bf2f(__ldcg(sm + 2 * a.D + d))));
-    v = ADD(v, MUL(pre_s[3], bf2f(__ldcg(sm + 3 * a.D + d))));
-    a.y[(size_t)m * a.D + d] = f2bf(v);
+  if constexpr (Q > 0) {
+#pragma unroll
+    for (int q = 0; q < Q; q++) {
+      float v = MUL(pre_s[0], bf2f(sv[q][0]));
+      v = ADD(v, MUL(pre_s[1], bf2f(sv[q][1])));
+      v = ADD(v, MUL(pre_s[2], bf2f(sv[q][2])));
+      v = ADD(v, MUL(pre_s[3], bf2f(sv[q][3])));
+      a.y[(size_t)m * a.D + b * BLOCK + t + q * LANES] = f2bf(v);
+    }
+  } else {
+    for (int d = b * BLOCK + t; d < a.D; d += LANES) {
+      float v = MUL(pre_s[0], bf2f(__ldcg(sm + d)));
+      v = ADD(v, MUL(pre_s[1], bf2f(__ldcg(sm + a.D + d))));
+      v = ADD(v, MUL(pre_s[2], bf2f(__ldcg(sm + 2 * a.D + d))));
+      v = ADD(v, MUL(pre_s[3], bf2f(__ldcg(sm + 3 * a.D + d))));
+      a.y[(size_t)m * a.D + d] = f2bf(v);
+    }
   }
 }
 
@@ -443,8 +464,8 @@ __device__ void persistent_cycle(const PArgs& p) {
         if (u != u0 || !pre) copy_args(&args_s[0], pend->mh[r]);
         if (p.sync) row_wait(p, *pend, r, m, s);  // (ends with the block's barrier)
         __syncthreads();
-        if (pend->op == OP_POST_HEAD) finish_item<HC>(*pend, args_s[0], m, b, sh);
-        else finish_item<24>(*pend, args_s[0], m, b, sh);
+        if (pend->op == OP_POST_HEAD) finish_item<HC, Q>(*pend, args_s[0], m, b, sh);
+        else finish_item<24, Q>(*pend, args_s[0], m, b, sh);
       }
       __syncthreads();  // shared memory is reused by the block's next unit
     }
