@@ -57,6 +57,8 @@ def add_geometry_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-rows", type=int, default=1, help="rows of the draft phase; 0 for none (default 1)")
     p.add_argument("--draft-kind", default="mtp1", choices=sorted(DRAFT_KINDS), help="draft model shape")
     p.add_argument("--reduce-dtype", default="bfloat16", choices=REDUCE_DTYPES, help="all-reduce dtype")
+    p.add_argument("--fused-norm", action="store_true",
+                   help="hc_pre's layer input is RMSNorm(collapse) * norm_weight, as vLLM computes it")
     p.add_argument("--moe-weights", default=None, choices=("packed", "expanded"),
                    help="MoE presets: expert weights as official codes + scales or decoded bf16 (default packed)")
 
@@ -65,7 +67,7 @@ def geometry_from(args):
     from .geometry import preset
     return preset(args.preset, tp=args.tp, verify_rows=args.verify_rows, draft_rows=args.draft_rows,
                   draft_kind=args.draft_kind, reduce_dtype=args.reduce_dtype,
-                  moe_weights=getattr(args, "moe_weights", None))
+                  moe_weights=getattr(args, "moe_weights", None), fused_norm=getattr(args, "fused_norm", False))
 
 
 def open_corpus(path):
@@ -132,6 +134,9 @@ def cmd_verify(args, console: Console) -> int:
         render_verify(rep, console)
         if inference is not None:
             console.print(f"inferred collective contract: {inference.describe()}")
+            if len(inference.consistent) > 1:
+                for c in inference.consistent:
+                    console.print(f"  consistent: {c['contract'].describe()}")
     return 0 if rep["ok"] and (inference is None or inference.found) else 1
 
 

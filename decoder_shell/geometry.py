@@ -7,6 +7,11 @@ A phase with S sub-blocks has this boundary list (index order is execution order
   2s+3         mhc_post_pre   hc_post of sub-block s, hc_pre of sub-block s+1 (s < S-1)
   2S+1         mhc_post_head  hc_post of the last sub-block, then the head collapse
 so a phase has S+1 reductions and S-1 post/pre boundaries (dsv4-flash verify: 87 and 85).
+
+vLLM's DeepSeek-V4 differs in two places, both part of the geometry: its hc_pre fuses the next
+sub-block's RMSNorm (`fused_norm`: the layer input is RMSNorm(collapse) * norm_weight), and its MTP
+draft (`draft_kind="vllm-mtp"`) starts from streams it builds itself (h_proj + e_proj, no broadcast of
+the reduced embedding), so boundary 1 of that draft phase is `mhc_pre_streams`.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from .errors import UsageError
 REDUCE_DTYPES = ("bfloat16", "float32")
 #: Bounds that keep every tensor a corpus can declare far below what a host can allocate.
 MAX_HIDDEN, MAX_LAYERS, MAX_ROWS = 65536, 1024, 1024
-DRAFT_KINDS = {"mtp1": 1, "dspark": 3}  # draft kind -> stages (each stage: attention + MoE)
+DRAFT_KINDS = {"mtp1": 1, "dspark": 3, "vllm-mtp": 1}  # draft kind -> stages (each stage: attention + MoE)
+#: Draft kinds whose first mHC boundary takes streams the draft built (not the broadcast embedding).
+STREAM_DRAFTS = ("vllm-mtp",)
 #: The commands an FFN sub-block of a MoE draft phase runs before its all-reduce (commands/moe_ops.py).
 MOE_OPS = ("moe_qdq", "moe_gate", "moe_routed", "moe_shared", "moe_combine")
 MOE_WEIGHTS = ("packed", "expanded")
@@ -70,11 +77,12 @@ class Phase:
     name: str
     rows: int
     sub_blocks: int
+    first: str = "mhc_pre"  # or "mhc_pre_streams" (vLLM's MTP draft)
     moe: bool = False  # FFN sub-blocks run the MOE_OPS commands before their all-reduce
 
     def boundaries(self) -> list[Boundary]:
         out = [Boundary(self.name, 0, "allreduce", -1, "embed"),
-               Boundary(self.name, 1, "mhc_pre", 0, "attn")]
+               Boundary(self.name, 1, self.first, 0, "attn")]
         for s in range(self.sub_blocks):
             layer, sb = divmod(s, 2)
             kind = ("attn", "ffn")[sb]
@@ -100,12 +108,15 @@ class Geometry:
     hc: int = 4
     reduce_dtype: str = "bfloat16"
     mhc: MhcParams = field(default_factory=MhcParams)
+    fused_norm: bool = False  # hc_pre's y is RMSNorm(collapse) * norm_weight (vLLM)
     moe: MoeShape | None = None  # set: the draft phase's FFN sub-blocks are real MoE commands
 
     def __post_init__(self):
         for name in ("hidden", "layers", "ranks", "verify_rows", "draft_rows", "hc"):
             if not isinstance(getattr(self, name), int) or isinstance(getattr(self, name), bool):
                 raise UsageError(f"geometry field {name!r} must be an integer")
+        if not isinstance(self.fused_norm, bool):
+            raise UsageError("geometry field 'fused_norm' must be true or false")
         checks = [
             (1 <= self.hidden <= MAX_HIDDEN, f"hidden size must be between 1 and {MAX_HIDDEN}"),
             (1 <= self.layers <= MAX_LAYERS, f"layers must be between 1 and {MAX_LAYERS}"),
@@ -126,7 +137,8 @@ class Geometry:
     def phases(self) -> list[Phase]:
         out = []
         if self.draft_rows:
-            out.append(Phase("draft", self.draft_rows, 2 * DRAFT_KINDS[self.draft_kind], self.moe is not None))
+            first = "mhc_pre_streams" if self.draft_kind in STREAM_DRAFTS else "mhc_pre"
+            out.append(Phase("draft", self.draft_rows, 2 * DRAFT_KINDS[self.draft_kind], first, self.moe is not None))
         out.append(Phase("verify", self.verify_rows, 2 * self.layers))
         return out
 
@@ -141,6 +153,8 @@ class Geometry:
 
     def to_json(self) -> dict:
         d = asdict(self)
+        if not self.fused_norm:  # corpora written before the field existed keep their exact geometry JSON
+            del d["fused_norm"]
         if d["moe"] is None:
             del d["moe"]  # geometries without a MoE draft serialize as before
         return d
@@ -167,7 +181,8 @@ PRESETS = {
 
 
 def preset(name: str, *, tp: int = 2, verify_rows: int = 2, draft_rows: int = 1,
-           draft_kind: str = "mtp1", reduce_dtype: str = "bfloat16", moe_weights: str | None = None) -> Geometry:
+           draft_kind: str = "mtp1", reduce_dtype: str = "bfloat16", moe_weights: str | None = None,
+           fused_norm: bool = False) -> Geometry:
     if name not in PRESETS:
         raise UsageError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
     shape = dict(PRESETS[name])
@@ -176,4 +191,4 @@ def preset(name: str, *, tp: int = 2, verify_rows: int = 2, draft_rows: int = 1,
             raise UsageError(f"--moe-weights applies to the MoE presets, not {name!r}")
         shape["moe"] = replace(shape["moe"], weights=moe_weights)
     return Geometry(preset=name, ranks=tp, verify_rows=verify_rows, draft_rows=draft_rows,
-                    draft_kind=draft_kind, reduce_dtype=reduce_dtype, **shape)
+                    draft_kind=draft_kind, reduce_dtype=reduce_dtype, fused_norm=fused_norm, **shape)

@@ -1,4 +1,6 @@
-"""The environment-variable install path (the vLLM general-plugin entry point) with its own control server."""
+"""The environment-variable install path (capture.install() with RANK/WORLD_SIZE and DECODER_SHELL_CAPTURE_*)
+with its own control server, and the vLLM general-plugin entry point, which only patches vLLM and
+installs nothing by itself (tests/test_capture_vllm.py covers what it patches)."""
 
 import json
 import os
@@ -12,8 +14,14 @@ from importlib.metadata import entry_points
 from decoder_shell import capture
 ep = [e for e in entry_points(group="vllm.general_plugins") if e.name == "decoder_shell_capture"][0]
 ep.load()()
+out = {"by_entry_point": capture.installed() is not None}
+if os.environ.get("DECODER_SHELL_CAPTURE") == "1":
+    try:
+        capture.install()
+    except Exception as e:
+        out["error"] = str(e)
 p = capture.installed()
-out = {"installed": p is not None}
+out["installed"] = p is not None
 if p is not None:
     control = json.load(open(os.path.join(os.environ["DECODER_SHELL_CAPTURE_DIR"], "control.json")))
     token = open(control["token_file"]).read().strip()
@@ -51,6 +59,7 @@ def test_switched_on_rank_0_serves_an_authenticated_loopback_endpoint(tmp_path):
     out = _probe(tmp_path, DECODER_SHELL_CAPTURE="1", RANK="0", WORLD_SIZE="1",
                  DECODER_SHELL_CAPTURE_DIR=str(tmp_path / "run"),
                  DECODER_SHELL_CAPTURE_TOKEN_FILE=str(tmp_path / "token"))
+    assert not out["by_entry_point"]  # the entry point installs nothing in a process vLLM has not set up
     assert out["installed"] and out["url"].startswith("http://127.0.0.1:")
     status, info = out["right"]
     assert status == 200 and info["ranks"] == 1 and info["state"] == "idle" and info["geometry"] is None
@@ -58,7 +67,8 @@ def test_switched_on_rank_0_serves_an_authenticated_loopback_endpoint(tmp_path):
 
 
 def test_a_process_without_a_rank_stays_uninstalled(tmp_path):
-    assert _probe(tmp_path, DECODER_SHELL_CAPTURE="1", DECODER_SHELL_CAPTURE_DIR=str(tmp_path))["installed"] is False
+    out = _probe(tmp_path, DECODER_SHELL_CAPTURE="1", DECODER_SHELL_CAPTURE_DIR=str(tmp_path))
+    assert out["installed"] is False and "RANK and WORLD_SIZE" in out["error"]
 
 
 SERVE = r"""

@@ -106,3 +106,20 @@ def test_a_session_whose_kernel_does_not_compile_gives_back_its_device_memory():
             CudaSession(drv, cyc, {mhc.index: cand})
         assert err.value.exit_code == 4 and "undefined_name" in str(err.value)
     assert drv.cu.cuMemGetInfo()[0] == free_before
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hidden", [4096, 1536])
+def test_fused_norm_cycle_bit_exact_on_gpu(hidden):
+    """vLLM's fused RMSNorm collapse: the rmsnorm node after each hc_pre gives the contract's bits."""
+    from decoder_shell.commands.program import build_cycle, reference
+    from decoder_shell.contracts.allreduce import RingContract
+    from decoder_shell.corpus.synth import injected_values
+    from decoder_shell.geometry import Geometry
+    from decoder_shell.replay.selfcheck import run_case
+    drv = _cuda()
+    g = Geometry(preset="t", hidden=hidden, layers=2, ranks=2, verify_rows=2, draft_rows=1, fused_norm=True)
+    cyc = build_cycle(g, RingContract())
+    values = injected_values(cyc, 17)
+    _, bad = run_case(drv, cyc, values, {}, reference(cyc, values))
+    assert sum(bad.values()) == 0, bad

@@ -40,8 +40,9 @@ def driver():
 
 
 def probe(driver, name: str, inputs: list[np.ndarray], outputs: list[np.dtype], n: int,
-          groups: int | None = None) -> list[np.ndarray]:
-    """Run a probe kernel of kernels/test_ops.cl over n elements (or `groups` work-groups)."""
+          groups: int | None = None, out_len: int | None = None) -> list[np.ndarray]:
+    """Run a probe kernel of kernels/test_ops.cl over n elements (or `groups` work-groups); each
+    output holds n elements (one per group, or `out_len`)."""
     import dpctl.memory
 
     t = driver.target
@@ -56,7 +57,7 @@ def probe(driver, name: str, inputs: list[np.ndarray], outputs: list[np.dtype], 
         if a.nbytes:
             m.copy_from_host(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
         ins.append(m)
-    outs = [np.empty(n if groups is None else groups, dtype=dt) for dt in outputs]
+    outs = [np.empty(out_len or (n if groups is None else groups), dtype=dt) for dt in outputs]
     omem = [dev(o.nbytes) for o in outs]
     if groups is None:
         gs, ls = [max(-(-n // 64) * 64, 64)], [64]
@@ -135,6 +136,19 @@ def test_lane_sum_order(driver, rows, n, scale, seed):
     x = (rng.standard_normal((rows, n)) * 2.0**scale).astype(np.float32)
     (y,) = probe(driver, "probe_lane_sum", [x], [np.float32], n, groups=rows)
     assert_same_bits(y, numerics.lane_sum(x))
+
+
+@SETTINGS
+@given(rows=st.integers(1, 3), n=st.integers(1, 5000), scale=st.integers(-20, 20), seed=st.integers(0, 2**31),
+       eps=st.sampled_from([1e-6, 1e-5, 0.0]))
+def test_fused_norm_rmsnorm_matches_contract(driver, rows, n, scale, seed, eps):
+    from decoder_shell.contracts.rmsnorm import rmsnorm
+    rng = np.random.default_rng(seed)
+    x = numerics.to_bf16(rng.standard_normal((rows, n)) * 2.0**scale)
+    w = numerics.to_bf16(1 + 0.1 * rng.standard_normal(n)).astype(np.float32)  # vLLM's bf16 weight, widened
+    (y,) = probe(driver, "probe_rmsnorm", [x, w, np.array([eps], np.float32)], [numerics.BF16], n, groups=rows,
+                 out_len=rows * n)
+    assert_same_bits(y.reshape(rows, n), rmsnorm(x, w, eps))
 
 
 contracts = st.builds(RingContract, chunks_per_rank=st.integers(1, 4),

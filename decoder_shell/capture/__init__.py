@@ -49,11 +49,12 @@ def phase(name: str):
     return _NULL if p is None else p.phase(name)
 
 
-def record_mhc(kind: str, streams, fn, base, scale, y, post=None, comb=None) -> None:
-    """Record an mHC step by hand: kind "hc" (pre-mix: post, comb, collapsed y) or "head"."""
+def record_mhc(kind: str, streams, fn, base, scale, y, post=None, comb=None, norm_weight=None, x=None) -> None:
+    """Record an mHC step by hand: kind "hc" (pre-mix: post, comb, collapsed y) or "head";
+    norm_weight when y is RMSNorm'd (fused_norm), x the sub-block output an hc_post consumed."""
     p = _plugin
     if p is not None:
-        p.record_mhc(kind, streams, fn, base, scale, y, post, comb)
+        p.record_mhc(kind, streams, fn, base, scale, y, post, comb, norm_weight=norm_weight, x=x)
 
 
 __all__ = ["install", "installed", "cycle", "phase", "record_mhc"]

@@ -1,6 +1,8 @@
 """Turn one phase's recorded events into the geometry's boundaries (geometry.py order, ops.py tensors).
 
-A phase with S sub-blocks runs, in order: the embedding all-reduce C0, the first hyper-connection H0,
+Where the service hands its mHC step the sub-block output (`x` of the event, vLLM does), it is checked
+to be the preceding all-reduce's output bit for bit; a fused hc_pre's RMSNorm weight (`norm_weight`)
+goes with its pre-mix params. A phase with S sub-blocks runs, in order: the embedding all-reduce C0, the first hyper-connection H0,
 then for each sub-block s its all-reduce C(s+1) followed by the next hyper-connection H(s+1), the last
 one being the head collapse E. The boundaries are cut from those events:
 
@@ -36,6 +38,7 @@ def assemble(g: Geometry, phase: Phase, events: list[Event]) -> list[tuple[Bound
     """The phase's boundaries with their named tensors, validated against the geometry."""
     want = expected_kinds(phase)
     got = [e.kind for e in events]
+    _check_norm(g, phase, events)
     if got != want:
         raise CaptureError(f"{phase.name} phase: geometry ({g.layers} layers, {phase.sub_blocks} sub-blocks) "
                            f"expects {_count(want)} in the order {_seq(want)}, the service ran "
@@ -49,9 +52,13 @@ def assemble(g: Geometry, phase: Phase, events: list[Event]) -> list[tuple[Bound
             t = c[0] if b.index == 0 else c[(b.index - 2) // 2 + 1]
             tensors = {"x": t["x"], "out": t["out"]}
         elif b.op == "mhc_pre":
+            _same_x(b, h[0], c[0])
             tensors = {"x": c[0]["out"], **_pre_mix(h[0])}
+        elif b.op == "mhc_pre_streams":
+            tensors = _pre_mix(h[0])
         else:
             s = (b.index - 3) // 2
+            _same_x(b, h[s + 1] if b.op == "mhc_post_pre" else head, c[s + 1])
             carried = {"x": c[s + 1]["out"], "residual": h[s]["streams"], "post": h[s]["post"],
                        "comb": h[s]["comb"]}
             if b.op == "mhc_post_pre":
@@ -64,8 +71,29 @@ def assemble(g: Geometry, phase: Phase, events: list[Event]) -> list[tuple[Bound
 
 
 def _pre_mix(h: dict) -> dict:
-    return {"fn": h["fn"], "base": h["base"], "scale": h["scale"], "streams": h["streams"], "y": h["y"],
-            "next_post": h["post"], "next_comb": h["comb"]}
+    out = {"fn": h["fn"], "base": h["base"], "scale": h["scale"], "streams": h["streams"], "y": h["y"],
+           "next_post": h["post"], "next_comb": h["comb"]}
+    if "norm_weight" in h:
+        out["norm_weight"] = h["norm_weight"]
+    return out
+
+
+def _same_x(b: Boundary, mhc_step: dict, collective: dict) -> None:
+    """Where the service handed its mHC step the sub-block output, it must be the all-reduce's output."""
+    x = mhc_step.get("x")
+    if x is not None and (x.shape != collective["out"].shape or x.tobytes() != collective["out"].tobytes()):
+        raise CaptureError(f"{b.name}: the mHC step consumed a sub-block output that is not the preceding "
+                           "all-reduce's output (another op runs between them, or a reduction was missed)")
+
+
+def _check_norm(g: Geometry, phase: Phase, events: list[Event]) -> None:
+    normed = {"norm_weight" in e.tensors for e in events if e.kind == "hc"}
+    if g.fused_norm and False in normed:
+        raise CaptureError(f"{phase.name} phase: the geometry has fused_norm but the service's hc_pre applied no "
+                           "RMSNorm weight; capture without fused_norm")
+    if not g.fused_norm and True in normed:
+        raise CaptureError(f"{phase.name} phase: the service fuses RMSNorm into hc_pre (vLLM); capture with a "
+                           "fused_norm geometry (--fused-norm)")
 
 
 def _conform(g: Geometry, b: Boundary, tensors: dict) -> dict:

@@ -87,6 +87,9 @@ class Coordinator:
         g = Geometry.from_json(req["geometry"])
         if g.ranks != self.plugin.world:
             raise ValueError(f"the service runs {self.plugin.world} ranks, the geometry says {g.ranks}")
+        refusal = self.plugin.arm_check(g) if self.plugin.arm_check else None
+        if refusal:
+            raise ValueError(refusal)
         cycles = req.get("cycles", 1)
         if not isinstance(cycles, int) or not 1 <= cycles <= MAX_CYCLES:
             raise ValueError(f"cycles must be an integer from 1 to {MAX_CYCLES}")
@@ -185,20 +188,28 @@ class Coordinator:
                 self.current["state"] = "error"
                 self.current["error"] = message
 
+    def _probes(self, cur: dict) -> list:
+        """Rank 0's probe outputs, kept only if every rank got the same bits (an all-reduce does)."""
+        ranks = [cur["ranks"].get(r, {}).get("probes", []) for r in range(self.plugin.world)]
+        return ranks[0] if all(p == ranks[0] for p in ranks) else []
+
     # --- the last step -------------------------------------------------------------------------
     def _finalize(self, cur: dict) -> None:
         """Infer the collective contract from the captured data, then write corpus.json (last)."""
         g = Geometry.from_json(cur["geometry"])
         try:
             results = []
+            probes = self._probes(cur)
             for folder in cur["corpora"]:
-                inference = infer_corpus(Corpus(Path(folder), CorpusInfo(g)))
+                inference = infer_corpus(Corpus(Path(folder), CorpusInfo(g, collective={"probes": probes})))
                 source = {"kind": "service", **self.service, "capture": cur["capture"],
                           "captured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(cur["armed_at"]))}
                 contract = inference.contract or RingContract()
                 c = Corpus.create(Path(folder), g, source, contract,
                                   how="inferred" if inference.found else "not inferred")
                 c.info.collective["inference"] = inference.to_json()
+                if probes:
+                    c.info.collective["probes"] = probes
                 c.finalize()
                 results.append(inference.to_json())
             with self.lock:

@@ -59,6 +59,7 @@ class RankProgress:
     blobs_new: int = 0
     blobs_reused: int = 0
     skipped: list = field(default_factory=list)
+    probes: list = field(default_factory=list)  # [{"kind", "n", "dtype", "out": digest}]
     error: str = ""
 
     def to_message(self) -> dict:
@@ -78,6 +79,10 @@ class CapturePlugin:
         self._progress: RankProgress | None = None
         self.coordinator = None
         self.link = None
+        self.group = None  # recorder.TpGroup: which process group's all-reduces are the cycle's
+        self.probe = None  # optional callable(np.ndarray) -> np.ndarray: the service's own TP all-reduce
+        self._probe_results: list = []
+        self.arm_check = None  # optional callable(Geometry) -> reason to refuse an arm, or None
         if rank == 0:
             self.coordinator = coordinator_factory(self)
             self.hub = RankHub(self.run_dir, world, self.coordinator.on_message, self.coordinator.on_lost)
@@ -103,11 +108,12 @@ class CapturePlugin:
             return NULL
         return active.phase(name)
 
-    def record_mhc(self, kind, streams, fn, base, scale, y, post=None, comb=None):
+    def record_mhc(self, kind, streams, fn, base, scale, y, post=None, comb=None, norm_weight=None, x=None):
         """Explicit marker for services whose mHC is not a transformers module."""
         rec = self._recorder
         if rec is not None:
-            rec.guard(rec.record_mhc, kind, streams, fn, base, scale, y, post, comb)
+            rec.guard(rec.record_mhc, kind, streams, fn, base, scale, y, post, comb,
+                      norm_weight=norm_weight, x=x)
 
     @property
     def armed(self) -> bool:
@@ -143,15 +149,38 @@ class _CycleCapture:
         self.progress = plugin._progress
 
     def __enter__(self):
+        if self.k == 0:
+            self.plugin._probe_results = self._run_probes() if self.plugin.probe is not None else []
+        self.probes = self.plugin._probe_results
         self.t0 = time.perf_counter()
         self.plugin._active = self
         self.progress.state = "capturing"
         return self
 
+    def _run_probes(self) -> list:
+        """Order- and rounding-revealing all-reduces of every (size, dtype) the cycle reduces, through the
+        service's own TP all-reduce, before its first armed cycle (every rank does the same ones)."""
+        from ..contracts.probe import KINDS, MAX_RANKS, probe_input
+        from ..corpus.manifest import dtype_of
+        g = self.arm.geometry
+        if not 2 <= g.ranks <= MAX_RANKS:
+            return []
+        out = []
+        for n in sorted({ph.rows * g.hidden for ph in g.phases}):
+            for kind in KINDS:
+                x = probe_input(g.ranks, self.plugin.rank, n, dtype_of(g.reduce_dtype), kind)
+                try:
+                    y = self.plugin.probe(x)
+                except Exception as e:  # never into the service: the capture reports it
+                    self.progress.skipped.append(f"probe {kind} n={n}: {type(e).__name__}: {e}")
+                    return []
+                out.append((kind, n, g.reduce_dtype, y))
+        return out
+
     def phase(self, name: str):
         if name not in self.wanted:
             return NULL
-        rec = _ActivePhase(self.plugin, PhaseRecorder(name, self.arm.geometry.ranks))
+        rec = _ActivePhase(self.plugin, PhaseRecorder(name, self.arm.geometry.ranks, self.plugin.group))
         self.phases[name] = rec.recorder
         return rec
 
@@ -192,6 +221,10 @@ class _CycleCapture:
                 writer.write(b, self.plugin.rank, tensors, {"capture": self.arm.capture, "cycle": self.k})
                 p.written += 1
                 self.plugin.report(p)
+        for kind, n, dtype, y in self.probes:  # in every cycle's corpus, listed once
+            digest, _ = writer.blobs.put(y.tobytes())
+            if self.k == 0:
+                p.probes.append({"kind": kind, "n": n, "dtype": dtype, "out": digest})
         p.blobs_new += writer.new_blobs
         p.blobs_reused += writer.reused_blobs
 

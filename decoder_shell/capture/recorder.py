@@ -45,15 +45,31 @@ def mhc_kind(module) -> str | None:
     return None
 
 
-class PhaseRecorder:
-    """Records one phase's collectives and mHC boundaries, in execution order."""
+@dataclass(frozen=True)
+class TpGroup:
+    """The service's tensor-parallel group, by name: only its all-reduces belong to the cycle.
 
-    def __init__(self, phase: str, ranks: int):
+    `vllm` is the GroupCoordinator's unique name (the group_name argument of vllm::all_reduce),
+    `c10d` the torch.distributed group name of its device group. None accepts any group of R ranks."""
+
+    vllm: str | None = None
+    c10d: str | None = None
+
+
+class PhaseRecorder:
+    """Records one phase's collectives and mHC boundaries, in execution order.
+
+    A phase ends at its head collapse: what runs after it in the same phase (vLLM's k-1 one-row
+    MTP passes after the first draft pass) is not part of the cycle and is noted as skipped."""
+
+    def __init__(self, phase: str, ranks: int, group: TpGroup | None = None):
         self.phase = phase
         self.ranks = ranks
+        self.group = group or TpGroup()
         self.events: list[Event] = []
         self.skipped: list[str] = []
         self.errors: list[str] = []
+        self.closed = False
         self._mode = None
         self._hook = None
 
@@ -95,7 +111,12 @@ class PhaseRecorder:
             self.record_mhc("head", streams, module.hc_fn, module.hc_base, module.hc_scale, output,
                             source=type(module).__name__)
 
-    def record_mhc(self, kind, streams, fn, base, scale, y, post=None, comb=None, source="record_mhc"):
+    def record_mhc(self, kind, streams, fn, base, scale, y, post=None, comb=None, source="record_mhc",
+                   norm_weight=None, x=None):
+        """An mHC step. `norm_weight`: the RMSNorm weight a fused hc_pre applied to y; `x`: the
+        sub-block output an hc_post consumed (checked against the all-reduce that produced it)."""
+        if self._closed(f"{source} after the head collapse"):
+            return
         hc, d = streams.shape[-2], streams.shape[-1]
         t = {"streams": to_numpy(streams).reshape(-1, hc, d), "fn": to_numpy(fn), "base": to_numpy(base),
              "scale": to_numpy(scale).reshape(-1), "y": to_numpy(y).reshape(-1, d)}
@@ -104,10 +125,22 @@ class PhaseRecorder:
             t["comb"] = to_numpy(comb).reshape(-1, hc, hc)
         elif kind != "head":
             raise ValueError(f"record_mhc kind must be 'hc' or 'head', not {kind!r}")
+        if norm_weight is not None:
+            t["norm_weight"] = to_numpy(norm_weight).reshape(d)
+        if x is not None:
+            t["x"] = to_numpy(x).reshape(-1, d)
         self.events.append(Event(kind, t, source))
+        self.closed = kind == "head"
+
+    def _closed(self, what: str) -> bool:
+        if self.closed:
+            self.skipped.append(what)
+        return self.closed
 
     # --- collectives -------------------------------------------------------------------------
     def record_collective(self, x, out, source):
+        if self._closed(f"{source} after the head collapse"):
+            return
         d = x.shape[-1]
         self.events.append(Event("collective", {"x": x.reshape(-1, d), "out": out.reshape(-1, d)}, source))
 
@@ -143,7 +176,11 @@ def _handlers() -> dict:
 
 def _c10d_allreduce(rec, func, args, kwargs):
     tensors, pg, op = args[0], args[1], args[2]
-    size = dist.ProcessGroup.unbox(pg).size()
+    group = dist.ProcessGroup.unbox(pg)
+    size = group.size()
+    if rec.group.c10d is not None and group.group_name != rec.group.c10d:
+        rec.skipped.append(f"c10d::allreduce_ on group {group.group_name} (not the TP group)")
+        return func(*args, **kwargs)
     if len(tensors) != 1 or size != rec.ranks or op.op() != _SUM:
         rec.skipped.append(f"c10d::allreduce_ over {size} ranks, op {op.op()}, {len(tensors)} tensors")
         return func(*args, **kwargs)
@@ -158,6 +195,9 @@ def _c10d_allreduce(rec, func, args, kwargs):
 def _functional_all_reduce(rec, func, args, kwargs):
     t, op, group = args[0], args[1], args[2]
     size = _group_size(group)
+    if rec.group.c10d is not None and group != rec.group.c10d:
+        rec.skipped.append(f"{func.name()} on group {group} (not the TP group)")
+        return func(*args, **kwargs)
     if op.lower() != "sum" or (size is not None and size != rec.ranks):
         rec.skipped.append(f"{func.name()} over {size} ranks, op {op}")
         return func(*args, **kwargs)
@@ -170,6 +210,11 @@ def _functional_all_reduce(rec, func, args, kwargs):
 
 
 def _outplace_all_reduce(rec, func, args, kwargs):
+    """vllm::all_reduce(tensor, group_name): only the TP group's reductions are the cycle's."""
+    name = kwargs.get("group_name", args[1] if len(args) > 1 else None)
+    if rec.group.vllm is not None and name != rec.group.vllm:
+        rec.skipped.append(f"{func.name()} on group {name} (not the TP group {rec.group.vllm})")
+        return func(*args, **kwargs)
     x = rec.guard(to_numpy, args[0])
     out = func(*args, **kwargs)
     if x is not None:

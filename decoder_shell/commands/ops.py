@@ -21,6 +21,10 @@ class TensorSpec:
     shape: tuple
 
 
+#: The ops whose hc_pre builds the next sub-block's input (and, with fused_norm, normalizes it).
+PRE_MIX = ("mhc_pre", "mhc_pre_streams", "mhc_post_pre")
+
+
 def op_tensors(b: Boundary, g: Geometry) -> list[TensorSpec]:
     """The tensors a boundary records, in a fixed order."""
     m = g.phase(b.phase).rows
@@ -39,8 +43,12 @@ def op_tensors(b: Boundary, g: Geometry) -> list[TensorSpec]:
     y = TensorSpec("y", "output", "bfloat16", (m, d))
     pc = [TensorSpec("next_post", "output", "float32", (m, hc)),
           TensorSpec("next_comb", "output", "float32", (m, hc, hc))]
+    if g.fused_norm and b.op in PRE_MIX:
+        params.append(TensorSpec("norm_weight", "param", "float32", (d,)))
     if b.op == "mhc_pre":
         return [TensorSpec("x", "input", rd, (m, d)), *params, streams, y, *pc]
+    if b.op == "mhc_pre_streams":
+        return [TensorSpec("streams", "input", "bfloat16", (m, hc, d)), *params, y, *pc]
     carried = [TensorSpec("x", "input", rd, (m, d)),
                TensorSpec("residual", "input", "bfloat16", (m, hc, d)),
                TensorSpec("post", "input", "float32", (m, hc)),
@@ -63,6 +71,8 @@ def links(b: Boundary, phase_boundaries: list[Boundary]) -> dict[str, tuple[int,
     prev_reduce = b.index - 1
     if b.op == "mhc_pre":
         return {"x": (prev_reduce, "out")}
+    if b.op == "mhc_pre_streams":
+        return {}
     prev_mhc = max(x.index for x in phase_boundaries[:b.index] if x.op.startswith("mhc"))
     return {"x": (prev_reduce, "out"), "residual": (prev_mhc, "streams"),
             "post": (prev_mhc, "next_post"), "comb": (prev_mhc, "next_comb")}
@@ -72,11 +82,16 @@ def run_mhc(op: str, t: dict[str, np.ndarray], p: MhcParams, hc: int = 4, exp=No
     """Run one mHC op's contract on named tensors; returns its named outputs. `exp` replaces the
     contract's portable exp (the cpu driver's deliberately inexact `numpy-exp` variant)."""
     e = {"exp": exp} if exp is not None else {}
+    w = t.get("norm_weight")
     if op == "mhc_pre":
-        return _next(mhc.mhc_pre(t["x"], t["fn"], t["base"], t["scale"], hc, p, **e))
+        return _next(mhc.mhc_pre(t["x"], t["fn"], t["base"], t["scale"], hc, p, norm_weight=w, **e))
+    if op == "mhc_pre_streams":
+        out = _next(mhc.mhc_pre_streams(t["streams"], t["fn"], t["base"], t["scale"], p, norm_weight=w, **e))
+        del out["streams"]  # an input of this op, not an output
+        return out
     if op == "mhc_post_pre":
         return _next(mhc.mhc_post_pre(t["x"], t["residual"], t["post"], t["comb"], t["fn"], t["base"], t["scale"], p,
-                                      **e))
+                                      norm_weight=w, **e))
     if op == "mhc_post_head":
         return mhc.mhc_post_head(t["x"], t["residual"], t["post"], t["comb"], t["fn"], t["base"], t["scale"], p, **e)
     raise ValueError(f"unknown mHC op {op!r}")

@@ -89,6 +89,8 @@ def build_cycle(g: Geometry, contract: RingContract) -> Cycle:
                     ins[spec.name] = produced[linked[spec.name]]
                 else:
                     ins[spec.name] = _add(cyc, b, spec, "param" if spec.role == "param" else "input")
+                    # an injected input a later op links to (mhc_pre_streams' streams feed the next hc_post)
+                    produced.setdefault((b.index, spec.name), ins[spec.name])
             cyc.commands.append(Command(len(cyc.commands), b, ins, outs))
     return cyc
 

@@ -11,6 +11,8 @@ Exact fp32 order (docs/CONTRACTS.md has the full text):
             then (iters-1) x (rowsum, colsum); every small sum runs left to right over its index.
 - collapse: y[d] = ((pre0*s0[d] + pre1*s1[d]) + pre2*s2[d]) + pre3*s3[d], rounded to bf16.
 - post:     out[k,d] = post[k]*x[d] + (((c0k*r0[d] + c1k*r1[d]) + c2k*r2[d]) + c3k*r3[d]), to bf16.
+- fused norm (vLLM): y = rmsnorm(collapse, norm_weight, norm_eps): the bf16 collapse, then the
+            weighted RMSNorm of contracts/rmsnorm.py, which is what vLLM's unfused path computes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .numerics import F32, lane_sum, pexp, psigmoid, seq_sum, to_bf16
+from .rmsnorm import rmsnorm
 
 _f = np.float32
 
@@ -85,22 +88,32 @@ def mhc_post(x: np.ndarray, residual: np.ndarray, post: np.ndarray, comb: np.nda
     return to_bf16(post[:, :, None] * xf[:, None, :] + mix)
 
 
-def _pre(streams, fn, base, scale, p: MhcParams, exp=pexp):
+def _pre(streams, fn, base, scale, p: MhcParams, exp=pexp, norm_weight=None):
     hc = streams.shape[1]
     pre, post, comb = mhc_split(mhc_mixes(streams, fn, p.norm_eps), base, scale, hc, p, exp)
-    return {"y": collapse(pre, streams), "post": post, "comb": comb}
+    y = collapse(pre, streams)
+    if norm_weight is not None:
+        y = rmsnorm(y, norm_weight, p.norm_eps)
+    return {"y": y, "post": post, "comb": comb}
 
 
-def mhc_pre(x, fn, base, scale, hc: int = 4, p: MhcParams = DEFAULT, exp=pexp) -> dict:
+def mhc_pre(x, fn, base, scale, hc: int = 4, p: MhcParams = DEFAULT, exp=pexp, norm_weight=None) -> dict:
     """First boundary: x [M, D] (the reduced embedding) copied into HC streams, then hc_pre."""
     streams = np.repeat(to_bf16(x)[:, None, :], hc, axis=1)
-    return {"streams": streams, **_pre(streams, fn, base, scale, p, exp)}
+    return {"streams": streams, **_pre(streams, fn, base, scale, p, exp, norm_weight)}
 
 
-def mhc_post_pre(x, residual, post, comb, fn, base, scale, p: MhcParams = DEFAULT, exp=pexp) -> dict:
+def mhc_pre_streams(streams, fn, base, scale, p: MhcParams = DEFAULT, exp=pexp, norm_weight=None) -> dict:
+    """First boundary of a draft that builds its own streams (vLLM's MTP): hc_pre on them as given."""
+    streams = np.asarray(streams)
+    return {"streams": streams, **_pre(streams, fn, base, scale, p, exp, norm_weight)}
+
+
+def mhc_post_pre(x, residual, post, comb, fn, base, scale, p: MhcParams = DEFAULT, exp=pexp,
+                 norm_weight=None) -> dict:
     """Boundary between sub-blocks: hc_post of the finished one, hc_pre of the next."""
     streams = mhc_post(x, residual, post, comb)
-    return {"streams": streams, **_pre(streams, fn, base, scale, p, exp)}
+    return {"streams": streams, **_pre(streams, fn, base, scale, p, exp, norm_weight)}
 
 
 def mhc_head_collapse(streams, fn, base, scale, p: MhcParams = DEFAULT, exp=pexp) -> np.ndarray:

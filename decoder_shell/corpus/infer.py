@@ -45,6 +45,8 @@ class Inference:
     tried: int
     reason: str = ""
     best: dict = field(default_factory=dict)
+    consistent: list = field(default_factory=list)  # every behaviour that fits (see consistent())
+    probes: int = 0  # probe collectives among those searched
 
     @property
     def found(self) -> bool:
@@ -53,13 +55,18 @@ class Inference:
     def describe(self) -> str:
         if self.found:
             return (f"{self.contract.describe()} reproduces all {self.collectives} collectives "
-                    f"({self.elements:,} elements per rank) after {self.tried} candidates")
+                    f"({self.elements:,} elements per rank, {self.probes} of them probes) after {self.tried} "
+                    "candidates, the only behaviour of the family that does")
+        if self.consistent:
+            return f"no ring contract is identified: {self.reason}"
         return f"no ring contract reproduces the captured collectives: {self.reason}"
 
     def to_json(self) -> dict:
         return {"found": self.found, "contract": self.contract.to_json() if self.found else None,
                 "collectives": self.collectives, "elements": self.elements, "tried": self.tried,
-                "reason": self.reason, "best": self.best, "description": self.describe()}
+                "reason": self.reason, "best": self.best, "description": self.describe(), "probes": self.probes,
+                "consistent": [{"contract": c["contract"].to_json(), "description": c["contract"].describe(),
+                                "members": c["members"]} for c in self.consistent]}
 
 
 def offsets(ranks: int) -> list[int]:
@@ -94,6 +101,7 @@ def infer(collectives: list[Collective]) -> Inference:
             return Inference(None, len(cs), elements, 0,
                              f"{c.name}: ranks hold different outputs (no ring all-reduce does that)")
     sizes = sorted({(int(np.asarray(c.inputs[0]).size), np.asarray(c.inputs[0]).dtype.itemsize) for c in cs})
+    cs.sort(key=lambda c: np.asarray(c.inputs[0]).size)  # small ones reject most candidates cheaply
     tried, best = 0, (-1, None, "")
     seen_chunking = set()
     for seg, mcb, cpr in product(FAMILY_GRID["segments"], FAMILY_GRID["max_chunk_bytes"],
@@ -122,6 +130,50 @@ def infer(collectives: list[Collective]) -> Inference:
                      {"contract": cand.to_json(), "reproduced": passed, "first_mismatch": where})
 
 
+def behaviour_key(contract: RingContract, sizes, ranks: int) -> bytes:
+    """Equal keys: the two contracts give the same bits on every input of these sizes. The fold order
+    decides, except that the first two ranks folded commute; and with fp32 data, or two ranks, hop and
+    fp32 accumulation are the same arithmetic."""
+    h = blake3.blake3()
+    for n, itemsize in sizes:
+        order = rank_order(contract, n, ranks, itemsize)
+        order[:2] = np.sort(order[:2], axis=0)
+        h.update(np.ascontiguousarray(order).tobytes())
+        h.update(b"hop" if contract.accumulation == "hop" and itemsize == 2 and ranks > 2 else b"fp32")
+    return h.digest()
+
+
+def consistent(collectives: list[Collective], limit: int = 64) -> list[dict]:
+    """Every behaviour of the searched family that reproduces all the collectives, simplest member
+    first: [{"contract", "members"}]; more than one entry means the data does not decide."""
+    cs = list(collectives)
+    if not cs:
+        return []
+    ranks = len(cs[0].inputs)
+    sizes = sorted({(int(np.asarray(c.inputs[0]).size), np.asarray(c.inputs[0]).dtype.itemsize) for c in cs})
+    cs.sort(key=lambda c: np.asarray(c.inputs[0]).size)
+    found: dict[bytes, dict] = {}
+    seen_chunking = set()
+    for seg, mcb, cpr in product(FAMILY_GRID["segments"], FAMILY_GRID["max_chunk_bytes"],
+                                 FAMILY_GRID["chunks_per_rank"]):
+        base = RingContract(chunks_per_rank=cpr, max_chunk_bytes=mcb, segments=seg)
+        key = _chunking_key(base, sizes, ranks)
+        if key in seen_chunking:
+            continue
+        seen_chunking.add(key)
+        for off, d, acc in product(offsets(ranks), FAMILY_GRID["direction"], FAMILY_GRID["accumulation"]):
+            cand = RingContract(cpr, mcb, off, d, acc, seg)
+            bkey = behaviour_key(cand, sizes, ranks)
+            if bkey in found:
+                found[bkey]["members"] += 1
+                continue
+            if all(reproduces(cand, c) for c in cs):
+                found[bkey] = {"contract": cand, "members": 1}
+                if len(found) >= limit:
+                    return list(found.values())
+    return list(found.values())
+
+
 def collectives_from_corpus(corpus) -> list[Collective]:
     """Every all-reduce boundary of a corpus, with each rank's captured input and output."""
     out = []
@@ -135,8 +187,36 @@ def collectives_from_corpus(corpus) -> list[Collective]:
     return out
 
 
+def probes_from_corpus(corpus) -> list[Collective]:
+    """The probe all-reduces a capture ran on the service's TP group before its cycle (corpus.json
+    collective.probes: size, dtype and the output blob; the inputs are contracts.probe's)."""
+    from ..contracts.probe import probe_inputs
+    from .manifest import dtype_of
+    out = []
+    for p in corpus.info.collective.get("probes", []):
+        dtype = dtype_of(p["dtype"])
+        kind = p.get("kind", "order")
+        xs = probe_inputs(corpus.geometry.ranks, int(p["n"]), dtype, kind)
+        y = np.frombuffer(corpus.blobs.get(p["out"], int(p["n"]) * dtype.itemsize), dtype=dtype)
+        out.append(Collective(f"probe.{kind}.{p['dtype']}.{p['n']}", tuple(xs), (y,) * len(xs)))
+    return out
+
+
 def infer_corpus(corpus) -> Inference:
-    return infer(collectives_from_corpus(corpus))
+    """infer() over the captured collectives and the capture's probes; not identified unless exactly
+    one behaviour of the family fits them all (every fitting one is listed either way)."""
+    cs = collectives_from_corpus(corpus)
+    probes = probes_from_corpus(corpus)
+    found = infer(cs + probes)
+    found.probes = len(probes)
+    if found.found:
+        found.consistent = consistent(cs + probes)
+        if len(found.consistent) > 1:
+            found.best = {"contract": found.contract.to_json()}
+            found.contract = None
+            found.reason = (f"{len(found.consistent)} behaviours of the ring family reproduce every captured "
+                            "collective and no probe decides between them; capture again with probes")
+    return found
 
 
 def _chunking_key(base: RingContract, sizes, ranks: int) -> bytes:

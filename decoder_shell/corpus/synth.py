@@ -27,6 +27,8 @@ def random_value(rng: np.random.Generator, buf: Buffer) -> np.ndarray:
         v = rng.standard_normal(shape, dtype=F32) / np.float32(np.sqrt(shape[1]))
     elif buf.tensor == "base":
         v = rng.standard_normal(shape, dtype=F32) * np.float32(0.5)
+    elif buf.tensor == "norm_weight":
+        v = np.float32(1.0) + rng.standard_normal(shape, dtype=F32) * np.float32(0.1)
     elif buf.tensor == "scale":
         v = rng.uniform(0.25, 1.5, shape).astype(F32)
     else:

@@ -29,7 +29,7 @@ def verify(corpus: Corpus, progress=None, parity_progress=None) -> dict:
         for b in bs:
             ops[b.op] += 1
         phases[p.name] = {"rows": p.rows, "boundaries": len(bs), "reductions": ops["allreduce"],
-                          "post_pre": ops["mhc_post_pre"], "pre": ops["mhc_pre"], "head": ops["mhc_post_head"]}
+                          "post_pre": ops["mhc_post_pre"], "pre": ops["mhc_pre"] + ops["mhc_pre_streams"], "head": ops["mhc_post_head"]}
 
     cross_rank = []
     parity = defaultdict(lambda: {"boundaries": 0, "exact": 0, "mismatched_elements": 0, "max_ulp": 0.0})

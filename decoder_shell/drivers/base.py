@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from ..commands.program import Cycle
-from ..errors import UsageError
+from ..errors import DriverUnavailable, UsageError
 
 #: Poison bit patterns (quiet NaNs): an element the cycle fails to write cannot compare equal.
 POISON = {1: np.uint8(0xFF), 2: np.uint16(0xFFFF), 4: np.uint32(0xFFFFFFFF)}
@@ -21,6 +21,16 @@ POISON = {1: np.uint8(0xFF), 2: np.uint16(0xFFFF), 4: np.uint32(0xFFFFFFFF)}
 def poison_like(shape, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     return np.full(shape, POISON[dtype.itemsize]).view(dtype)
+
+
+def require_support(cycle: Cycle, driver: str, *, fused_norm: bool, ops: tuple) -> None:
+    """Refuse, in one line, a cycle with ops or a fused norm this driver has no kernels for."""
+    missing = sorted({c.op for c in cycle.commands} - set(ops))
+    if cycle.geometry.fused_norm and not fused_norm:
+        missing.append("the fused RMSNorm collapse (fused_norm)")
+    if missing:
+        raise DriverUnavailable(f"the {driver} driver cannot run {', '.join(missing)} yet; "
+                                "replay this corpus with --driver cpu")
 
 
 class Session(ABC):

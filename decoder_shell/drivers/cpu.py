@@ -20,7 +20,7 @@ from ..errors import UsageError
 from ..geometry import MOE_OPS
 from .base import Driver, Session, poison_like
 
-_MHC = ("mhc_pre", "mhc_post_pre", "mhc_post_head")
+_MHC = ("mhc_pre", "mhc_pre_streams", "mhc_post_pre", "mhc_post_head")
 _ALL = ("allreduce", *_MHC, *MOE_OPS)
 
 #: Variant name -> (ops it applies to, one-line description). "baseline" is what unnamed commands run.

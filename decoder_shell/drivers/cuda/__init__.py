@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from ...errors import DriverUnavailable, UsageError
 from .. import PLACEMENTS
-from ..base import Driver, refuse_moe
+from ...geometry import MOE_OPS
+from ..base import Driver, refuse_moe, require_support
 from . import api
 from .session import CudaSession
 from .variants import describe
@@ -74,8 +75,13 @@ class CudaDriver(Driver):
         return "processes" if ranks > 1 and self.device_count >= ranks else "emulated"
 
     def load(self, cycle, variants=None):
+        require_support(cycle, "cuda", fused_norm=True,
+                        ops=("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head", *MOE_OPS))
         refuse_moe(cycle, "cuda")
         form = persistent_form(cycle, variants, self.cycle_form)
+        if form and cycle.geometry.fused_norm:
+            raise DriverUnavailable("the persistent cycle form has no fused RMSNorm node; replay a fused_norm "
+                                    "corpus with --cycle graph")
         if form:
             return self._load_persistent(cycle, form)
         self._last = self.placement_for(cycle.ranks)

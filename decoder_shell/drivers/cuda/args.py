@@ -29,6 +29,11 @@ class MhcArgs(C.Structure):
                 ("next_fn", u64), ("next_fn_bytes", u64)]
 
 
+class RmsArgs(C.Structure):
+    """rmsnorm.cu's RmsArgs: the fused RMSNorm collapse, in place on an mHC node's y."""
+    _fields_ = [("x", u64), ("w", u64), ("y", u64), ("D", C.c_int), ("eps", C.c_float)]
+
+
 class CopyArgs(C.Structure):
     _fields_ = [("dst", u64 * 4), ("src", u64 * 4), ("nbytes", C.c_uint64 * 4), ("count", C.c_int)]
 

@@ -124,6 +124,8 @@ def build(g: Graph, cycle, variants: dict, bind, local: list[int], rank: int | N
             new[r] = g.kernel(ln, deps)
             if isinstance(ln.args[0], A.MhcArgs) and ln.args[0].split_sinkhorn:
                 pending[r] = [g.kernel(bind.sinkhorn(ln), [new[r]])]
+            if isinstance(ln.args[0], A.MhcArgs) and "norm_weight" in cmd.inputs:  # fused_norm: y in place
+                new[r] = g.kernel(bind.rmsnorm(cmd, r), [new[r], *pending.get(r, [])])
         last = new
     for r in local:
         g.record(g.ev_end[r], [last[r], *pending.pop(r, [])])

@@ -17,9 +17,9 @@ from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin, cuda_include_dirs
 from .variants import BASELINE, Node, Variant
 
 #: Source files of the driver's module, in compile order (kernels.cu first: the shared helpers).
-SOURCES = ("kernels.cu",)
+SOURCES = ("kernels.cu", "rmsnorm.cu")
 #: Entry points that are not template instances, looked up by name in the exact build.
-ENTRIES = ("allreduce_kernel", "empty_kernel", "copy_kernel", "epoch_kernel", "sinkhorn_kernel")
+ENTRIES = ("allreduce_kernel", "empty_kernel", "copy_kernel", "epoch_kernel", "sinkhorn_kernel", "rmsnorm_kernel")
 SOURCE = "".join(Path(__file__).with_name(f).read_text() for f in SOURCES)
 BLOCK = 128
 NOUT = {"mhc_pre": 24, "mhc_post_pre": 24, "mhc_post_head": 4}

@@ -85,6 +85,16 @@ class Binder:
         grid = (LANES // BLOCK, NOUT[cmd.op] // sp.opg, -(-rows // sp.rows_per_block))
         return A.Launch(func, grid, (BLOCK, 1, 1), a, pdl=True)
 
+    def rmsnorm(self, cmd, rank: int) -> A.Launch:
+        """The fused RMSNorm of a fused_norm geometry's hc_pre: rewrites the mHC node's y in place."""
+        g, mem = self.cycle.geometry, self.mem
+        a = A.RmsArgs()
+        a.x = a.y = mem.addr(rank, cmd.outputs["y"])
+        a.w = mem.addr(rank, cmd.inputs["norm_weight"])
+        a.D, a.eps = g.hidden, g.mhc.norm_eps
+        rows = g.phase(cmd.boundary.phase).rows
+        return A.Launch(self.funcs["rmsnorm_kernel"], (rows, 1, 1), (LANES, 1, 1), a, pdl=True)
+
     def sinkhorn(self, mhc: A.Launch) -> A.Launch:
         """The Sinkhorn node of an mHC launch that left its comb to it (same argument struct)."""
         return A.Launch(self.funcs["sinkhorn_kernel"], (1, 1, 1), (BLOCK, 1, 1), mhc.args[0], pdl=True)

@@ -6,7 +6,8 @@ on the OpenCL CPU device it submits the prebuilt launch plan through SYCL (sycl_
 
 from __future__ import annotations
 
-from ..base import Driver, refuse_moe
+from ...geometry import MOE_OPS
+from ..base import Driver, refuse_moe, require_support
 from . import runtime
 
 
@@ -26,6 +27,8 @@ class LevelZeroDriver(Driver):
         return self._target
 
     def load(self, cycle, variants=None):
+        require_support(cycle, "level-zero", fused_norm=False,
+                        ops=("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head", *MOE_OPS))
         if self.kind == "gpu":
             refuse_moe(cycle, "level-zero (Level Zero GPU path)")
             from .ze_session import ZeSession

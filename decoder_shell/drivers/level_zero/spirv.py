@@ -22,7 +22,7 @@ from ..cache import cache_dir as kernel_cache
 
 KERNEL_DIR = Path(__file__).with_name("kernels")
 #: Concatenated in this order into one translation unit.
-SOURCES = ("common.cl", "allreduce.cl", "mhc.cl", "moe.cl", "test_ops.cl")
+SOURCES = ("common.cl", "allreduce.cl", "mhc.cl", "moe.cl", "rmsnorm.cl", "test_ops.cl")
 #: Debian's matching clang / llvm-spirv pairs, newest first; unversioned names last.
 TOOLCHAINS = (("clang-15", "llvm-spirv-15"), ("clang-14", "llvm-spirv-14"), ("clang", "llvm-spirv"))
 #: LLVM passes stay off (-disable-llvm-passes): llvm-spirv 14/15 cannot translate the `freeze`

@@ -34,3 +34,11 @@ kernel void probe_lane_sum(global const float *x, global float *y, uint n) {
     float total = lane_tree(lanes);
     if (lid == 0) y[row] = total;
 }
+
+/* rmsnorm.cl's row on each row of x [rows, n] (eps in a one-element buffer): one work-group per row. */
+kernel void probe_rmsnorm(global const ushort *x, global const float *w, global const float *eps,
+                          global ushort *y, uint n) {
+    local float lanes[LANES];
+    const size_t row = get_group_id(0);
+    rmsnorm_row(x + row * n, w, y + row * n, n, eps[0], lanes);
+}
