@@ -57,8 +57,9 @@ struct PArgs {
   u64 tag;            // row-flag mode: this launch's number (1, 2, ...): a row is done at tag x its units
 };
 
-// Stamp k of step s (block 0, thread 0, when the profile asks): 0 step start, 1 arguments in shared
-// memory, 2 post and comb ready, 3 stream values, 4 dot products, 5 partials stored, 6 items done.
+// Stamp k of step s (block 0, thread 0, when the profile asks): 0 step start (after the barrier; the
+// first item's arguments were copied before it), 1 first unit starts, 2 loads issued and post and comb
+// ready, 3 folded and stream values stored, 4 dot products, 5 partials stored, 6 items done.
 __device__ __forceinline__ void stamp(u64* st, int k) {
   if (st && threadIdx.x == 0) st[k] = globaltimer();
 }
