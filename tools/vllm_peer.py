@@ -38,6 +38,27 @@ def source_root(src: Path) -> Path:
     return root
 
 
+def _declare_distribution(root: Path) -> None:
+    """vLLM's platform detection asks importlib.metadata for its own version and turns a missing
+    distribution into an ImportError that disables Triton; sources without the wheel's metadata get a
+    minimal dist-info (name and the version in vllm/_version.py) in a temporary folder on sys.path."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        version("vllm")
+        return
+    except PackageNotFoundError:
+        pass
+    import re
+    import tempfile
+    text = (root / "vllm" / "_version.py").read_text() if (root / "vllm" / "_version.py").exists() else ""
+    m = re.search(r"""(?:__version__|version)\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", text)
+    meta = Path(tempfile.mkdtemp(prefix="vllm-peer-meta-"))
+    info = meta / f"vllm-{m.group(1) if m else '0.0.0'}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {m.group(1) if m else '0.0.0'}\n")
+    sys.path.append(str(meta))
+
+
 def load(src: Path, path: str):
     """vLLM's mHC functions for `path`; raises ImportError with the reason where they cannot load."""
     root = source_root(src)
@@ -49,6 +70,7 @@ def load(src: Path, path: str):
         raise ImportError(f"{src}: no vllm/ package sources there")
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
+    _declare_distribution(root)
     import importlib
     k = "vllm.model_executor.kernels.mhc."
     if path == "tilelang":
