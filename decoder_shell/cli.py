@@ -15,6 +15,15 @@ from .corpus import CORPUS_HELP, SHIPPED_CORPUS, default_corpus
 from .drivers import PLACEMENTS
 from .errors import MismatchError, ShellError, UsageError
 
+EXIT_CODES = """exit codes:
+  0  success (gate: PASS)
+  1  a mismatching element, a FAIL verdict, or a capture that did not complete
+  2  bad usage or input: one line on stderr naming the file and the reason
+  3  a driver or device that is not available here
+  4  a kernel failed to build, load or run on a driver that is present
+  5  gate: UNTIMED (exact, but the driver's times do not measure speed)"""
+
+
 #: The extra that provides a module a command needs, for the one-line hint when it is missing.
 EXTRAS = {"torch": "capture", "transformers": "capture", "cuda": "cuda", "dpctl": "intel"}
 
@@ -28,6 +37,10 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         if "default" in text or d is None or d is False or d is argparse.SUPPRESS or d == []:
             return text
         return super()._get_help_string(action)
+
+
+class TopHelpFormatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
+    """The top-level help: defaults shown, and the epilog's exit-code table kept as written."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -70,9 +83,15 @@ def geometry_from(args):
                   moe_weights=getattr(args, "moe_weights", None), fused_norm=getattr(args, "fused_norm", False))
 
 
-def open_corpus(path):
+def open_corpus(path, require_seal: bool = True):
     from .corpus.store import Corpus
-    return Corpus.open(Path(path))
+    return Corpus.open(Path(path), require_seal)
+
+
+def check_memory(corpus, what: str) -> None:
+    """Refuse (one line) a replay or verify that needs more memory than the host has available."""
+    from .corpus.budget import require_memory
+    require_memory(corpus, what)
 
 
 def emit_json(obj, out: Path | None = None) -> None:
@@ -94,7 +113,7 @@ def cmd_synth(args, console: Console) -> int:
     g = geometry_from(args)
     commands = len(build_cycle(g, RingContract()).commands)
     with args.tracker.expect("write", commands, "synth: writing boundaries") as t:
-        c = synth(g, Path(args.out), seed=args.seed, progress=t.hook("write"))
+        c = synth(g, Path(args.out), seed=args.seed, progress=t.hook("write"), replace=args.replace)
     n = c.info.counts
     recipes = f", {n['recipe_tensors']} recipe tensors ({n['recipe_bytes'] / 2**20:.1f} MiB)" if n.get("recipe_tensors") else ""
     console.print(f"wrote {args.out}: {n['manifests']} manifests, {n['blobs']} blobs, "
@@ -104,27 +123,30 @@ def cmd_synth(args, console: Console) -> int:
 
 # --- verify ------------------------------------------------------------------------------------
 def cmd_verify(args, console: Console) -> int:
+    from .corpus.publish import locked
     from .corpus.verify import record_parity, verify
-    c = open_corpus(args.corpus)
-    n = len(c.geometry.boundaries())
-    t = args.tracker.expect("bind", n, "verify: reading and checking blobs")
-    t.expect("parity", n, "verify: recomputing every op from its captured inputs")
-    inference = None
-    if args.infer:
-        from .corpus.infer import infer_corpus
-        status = t.bar.console.status("inferring the collective contract") if t.enabled else nullcontext()
-        with status:
-            inference = infer_corpus(c)
-        if args.record and inference.found:
-            c.info.collective = {"contract": inference.contract.to_json(), "how": "inferred",
-                                 "inference": inference.to_json()}
-            c.save()
-    with t:
-        rep = verify(c, t.hook("bind"), t.hook("parity"))
-    if inference is not None:
-        rep["inference"] = inference.to_json()
-    if args.record:
-        record_parity(c, rep)
+    with locked(Path(args.corpus)) if args.record else nullcontext():
+        c = open_corpus(args.corpus, require_seal=False)
+        check_memory(c, "verify")
+        n = len(c.geometry.boundaries())
+        t = args.tracker.expect("bind", n, "verify: reading and checking blobs")
+        t.expect("parity", n, "verify: recomputing every op from its captured inputs")
+        inference = None
+        if args.infer:
+            from .corpus.infer import infer_corpus
+            status = t.bar.console.status("inferring the collective contract") if t.enabled else nullcontext()
+            with status:
+                inference = infer_corpus(c)
+            if args.record and inference.found:
+                c.info.collective = {"contract": inference.contract.to_json(), "how": "inferred",
+                                     "inference": inference.to_json()}
+        with t:
+            rep = verify(c, t.hook("bind"), t.hook("parity"))
+        rep["sealed"] = c.sealed
+        if inference is not None:
+            rep["inference"] = inference.to_json()
+        if args.record:
+            record_parity(c, rep)
     from .replay.results import RESULT_SCHEMA, run_block
     rep = {"format": "decoder-shell-verify", "schema": RESULT_SCHEMA, "run": run_block("verify", c), **rep}
     if args.json:
@@ -135,8 +157,11 @@ def cmd_verify(args, console: Console) -> int:
         if inference is not None:
             console.print(f"inferred collective contract: {inference.describe()}")
             if len(inference.consistent) > 1:
-                for c in inference.consistent:
-                    console.print(f"  consistent: {c['contract'].describe()}")
+                for alt in inference.consistent:
+                    console.print(f"  consistent: {alt['contract'].describe()}")
+        if not c.sealed:
+            console.print(f"corpus.json carries no digest (an older shell wrote it): replay refuses it until "
+                          f"`shell verify {args.corpus} --record` seals it")
     return 0 if rep["ok"] and (inference is None or inference.found) else 1
 
 
@@ -167,6 +192,7 @@ def cmd_replay(args, console: Console) -> int:
     if args.epochs < 1 or args.changed < 0 or args.settle < 0:
         raise UsageError("--epochs must be >= 1, --changed and --settle >= 0")
     corpus = open_corpus(args.corpus)
+    check_memory(corpus, "replay")
     driver = get_driver(args.driver, placement=args.placement, cycle=args.cycle)
     t = args.tracker.expect("bind", len(corpus.geometry.boundaries()), "replay: reading the corpus")
     t.expect("graph", args.settle + args.epochs, "replay: graph epochs")
@@ -191,16 +217,20 @@ def cmd_replay(args, console: Console) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import textwrap
+    default_corpus = textwrap.fill("Commands that read a corpus default to ./corpus when the current folder holds "
+                                   f"one, else to the tiny corpus shipped in the package: {SHIPPED_CORPUS}", 100)
     p = Parser(prog="shell", description="Capture and replay one TP speculative decode cycle, bit-exact.",
-               epilog=f"Commands that read a corpus default to ./corpus when the current folder holds one, "
-                      f"else to the tiny corpus shipped in the package: {SHIPPED_CORPUS}")
+               epilog=f"{default_corpus}\n\n{EXIT_CODES}", formatter_class=TopHelpFormatter)
     p.add_argument("--version", action=VersionAction, help="version, commit and the drivers available here")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     s = sub.add_parser("synth", help="build a linked synthetic corpus whose outputs come from the contracts")
     add_geometry_args(s)
     s.add_argument("--seed", type=int, default=0, help="seed of the synthetic inputs and params")
-    s.add_argument("--out", required=True, help="corpus folder to create")
+    s.add_argument("--out", required=True, help="corpus folder to create (new or empty)")
+    s.add_argument("--replace", action="store_true",
+                   help="replace the corpus in --out: the new one is swapped in atomically once complete")
     s.set_defaults(func=cmd_synth)
 
     s = sub.add_parser("verify", help="check integrity, links, cross-rank exactness and contract parity")
@@ -279,6 +309,22 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("shell: interrupted", file=sys.stderr)
         return 130
+    except (OSError, ValueError, MemoryError, RecursionError) as e:
+        print(f"shell {args.command}: {boundary_message(e)}", file=sys.stderr)
+        return 2
+
+
+def boundary_message(e: BaseException) -> str:
+    """One line for an error no subsystem turned into a ShellError: the path (when known) and the reason."""
+    if isinstance(e, OSError):
+        where = " -> ".join(str(f) for f in (e.filename, e.filename2) if f is not None)
+        reason = e.strerror or str(e)
+        return f"{where}: {reason}" if where else reason
+    if isinstance(e, MemoryError):
+        return "out of memory (the input asks for more memory than this host can give)"
+    if isinstance(e, RecursionError):
+        return "input is nested too deeply"
+    return " ".join(str(e).split())[:300] or type(e).__name__
 
 
 if __name__ == "__main__":

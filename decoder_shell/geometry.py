@@ -23,7 +23,7 @@ from .errors import UsageError
 
 REDUCE_DTYPES = ("bfloat16", "float32")
 #: Bounds that keep every tensor a corpus can declare far below what a host can allocate.
-MAX_HIDDEN, MAX_LAYERS, MAX_ROWS = 65536, 1024, 1024
+MAX_HIDDEN, MAX_LAYERS, MAX_ROWS, MAX_RANKS = 65536, 1024, 1024, 64
 DRAFT_KINDS = {"mtp1": 1, "dspark": 3, "vllm-mtp": 1}  # draft kind -> stages (each stage: attention + MoE)
 #: Draft kinds whose first mHC boundary takes streams the draft built (not the broadcast embedding).
 STREAM_DRAFTS = ("vllm-mtp",)
@@ -120,7 +120,7 @@ class Geometry:
         checks = [
             (1 <= self.hidden <= MAX_HIDDEN, f"hidden size must be between 1 and {MAX_HIDDEN}"),
             (1 <= self.layers <= MAX_LAYERS, f"layers must be between 1 and {MAX_LAYERS}"),
-            (1 <= self.ranks <= 64, "--tp must be between 1 and 64"),
+            (1 <= self.ranks <= MAX_RANKS, f"--tp must be between 1 and {MAX_RANKS}"),
             (1 <= self.verify_rows <= MAX_ROWS, f"--verify-rows must be between 1 and {MAX_ROWS}"),
             (0 <= self.draft_rows <= MAX_ROWS, f"--draft-rows must be between 0 (no draft phase) and {MAX_ROWS}"),
             (self.draft_kind in DRAFT_KINDS, f"draft kind must be one of {sorted(DRAFT_KINDS)}"),

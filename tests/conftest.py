@@ -59,6 +59,20 @@ def assert_one_line_error(res: ShellRun, code: int, names: str | Path | None = N
     return lines[0]
 
 
+def reseal(root: Path) -> None:
+    """Seal a corpus again after a test changed it on purpose (as a writer of that content would have),
+    so the checks behind the seal (links, parity, contract) are what the test exercises."""
+    import json
+
+    from decoder_shell.corpus.store import Corpus, CorpusInfo, seal
+    from decoder_shell.geometry import Geometry
+    path = Path(root) / "corpus.json"
+    d = json.loads(path.read_text())
+    d["manifests"] = Corpus(Path(root), CorpusInfo(Geometry.from_json(d["geometry"]))).manifest_digests()
+    d["digest"] = seal(d)
+    path.write_text(json.dumps(d, indent=1, sort_keys=True) + "\n")
+
+
 @pytest.fixture(scope="session")
 def shell():
     return run_shell

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_line_error, run_shell
+from conftest import assert_one_line_error, reseal, run_shell
 
 COMMANDS = {
     "verify": lambda root: ["verify", root],
@@ -146,6 +146,7 @@ def test_swapped_blobs_break_the_link(corpus_copy):
     other = tensor_digest(corpus_copy, "verify", 1, 2, "x")  # a [2, 64] bf16 like x
     byname["x"]["digest"] = other
     path.write_text(json.dumps(m))
+    reseal(corpus_copy)
     v = run_shell("verify", corpus_copy, "--json")
     assert v.returncode == 1 and v.stderr == ""
     rep = json.loads(v.stdout)

@@ -99,10 +99,10 @@ def test_concurrent_writers_of_overlapping_blobs(tmp_path):
     assert [p for p in tmp_path.rglob("*") if p.is_file() and not p.name.endswith(".zst")] == []
 
 
-def rank_writer(root: str, rank: int, seed: int, barrier, out):
+def rank_writer(root: str, g, rank: int, seed: int, barrier, out):
     """One rank process of a capture: writes its own manifests; params are the same on every rank,
     so the rank processes race to store the same param blobs."""
-    corpus = Corpus.open(Path(root))
+    corpus = Corpus.create(Path(root), g, {"kind": "synth", "seed": seed}, RingContract(), how="synth")
     cyc = build_cycle(corpus.geometry, corpus.info.contract())
     values = reference(cyc, injected_values(cyc, seed))
     barrier.wait()
@@ -114,11 +114,11 @@ def rank_writer(root: str, rank: int, seed: int, barrier, out):
 def test_rank_processes_write_one_corpus_at_once(tmp_path):
     g = preset("tiny", tp=4, verify_rows=2, draft_rows=1)
     root = tmp_path / "parallel"
-    Corpus.create(root, g, {"kind": "synth", "seed": 3}, RingContract(), how="synth")
+    root.mkdir()
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(g.ranks)
     out = ctx.Queue()
-    procs = [ctx.Process(target=rank_writer, args=(str(root), r, 3, barrier, out)) for r in range(g.ranks)]
+    procs = [ctx.Process(target=rank_writer, args=(str(root), g, r, 3, barrier, out)) for r in range(g.ranks)]
     t0 = time.perf_counter()
     for p in procs:
         p.start()
@@ -129,8 +129,8 @@ def test_rank_processes_write_one_corpus_at_once(tmp_path):
     assert done == list(range(g.ranks))
     assert time.perf_counter() - t0 < 300
 
+    Corpus.create(root, g, {"kind": "synth", "seed": 3}, RingContract(), how="synth").finalize()
     corpus = Corpus.open(root)
-    corpus.finalize()
     rep = verify(corpus)
     assert rep["ok"] and rep["linked"] and rep["cross_rank_exact"] and rep["parity_exact"]
 

@@ -109,6 +109,30 @@ def test_a_session_whose_kernel_does_not_compile_gives_back_its_device_memory():
 
 
 @pytest.mark.gpu
+def test_moe_corpora_replay_exact_on_gpu(tmp_path):
+    """The MoE draft commands as graph nodes: tiny-moe corpora (DSpark, TP2) with packed and expanded
+    weights replay bit-exact, graph and changed epochs, and the moe-expanded candidate on the packed one
+    is exact too (the gate's mismatch count)."""
+    _cuda()
+    import json
+    cli = [sys.executable, "-m", "decoder_shell.cli"]
+    for w in ("packed", "expanded"):
+        out = tmp_path / w
+        subprocess.run([*cli, "synth", "--preset", "tiny-moe", "--tp", "2", "--draft-rows", "5", "--draft-kind",
+                        "dspark", "--moe-weights", w, "--out", str(out), "-q"], check=True, timeout=600)
+        r = subprocess.run([*cli, "replay", str(out), "--driver", "cuda", "--placement", "emulated", "--epochs", "5",
+                            "--changed", "2", "--json"], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["exact"]
+    verdict = tmp_path / "gate.json"
+    subprocess.run([*cli, "gate", str(tmp_path / "packed"), "--driver", "cuda", "--placement", "emulated",
+                    "--candidate", "experts=moe-expanded", "--epochs", "5", "--changed", "2", "--reps", "1", "-q",
+                    "--out", str(verdict)], capture_output=True, text=True, timeout=600)
+    v = json.loads(verdict.read_text())
+    assert v["exactness"]["baseline"]["exact"] and v["exactness"]["candidate"]["exact"], v["exactness"]
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("hidden", [4096, 1536])
 def test_fused_norm_cycle_bit_exact_on_gpu(hidden):
     """vLLM's fused RMSNorm collapse: the rmsnorm node after each hc_pre gives the contract's bits."""

@@ -46,6 +46,24 @@ def test_tables_decode_every_code():
 
 
 def test_struct_layout_matches_the_kernel():
-    # 4 pointers, 3 ints (+4 padding), 2 pointers, 5 long longs, 2 ints, 2 pointers
-    assert C.sizeof(moe.MoeLin) == 4 * 8 + 3 * 4 + 4 + 2 * 8 + 5 * 8 + 2 * 4 + 2 * 8
+    # 4 pointers, 3 ints (+4 padding), 2 pointers, 5 long longs, 2 ints, 2 pointers, 1 int (+4 padding)
+    assert C.sizeof(moe.MoeLin) == 4 * 8 + 3 * 4 + 4 + 2 * 8 + 5 * 8 + 2 * 4 + 2 * 8 + 4 + 4
     assert moe.MoeLin.w.offset == 48 and moe.MoeLin.K.offset == 104 and moe.MoeLin.out.offset == 112
+    assert moe.MoeLin.experts.offset == 128
+
+
+def test_struct_layout_is_checked_by_the_compiler(tmp_path, monkeypatch):
+    """Every ctypes offset of MoeLin and its size, as static_asserts compiled with moe.cu (a build
+    error fails); an assert off by 8 bytes must fail the build."""
+    nvrtc_or_skip()
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
+    from decoder_shell.errors import BuildError
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    asserts = [f"static_assert(sizeof(MoeLin) == {C.sizeof(moe.MoeLin)}, \"MoeLin size\");"]
+    asserts += [f"static_assert(__builtin_offsetof(MoeLin, {f}) == {getattr(moe.MoeLin, f).offset}, \"MoeLin.{f}\");"
+                for f, _ in moe.MoeLin._fields_]
+    src = moe.source() + "\n".join(asserts) + "\n"
+    assert compile_cubin(src, "sm_90", EXACT_FLAGS, name="moe.cu")[:4] == b"\x7fELF"
+    bad = f"static_assert(sizeof(MoeLin) == {C.sizeof(moe.MoeLin) + 8}, \"MoeLin size\");\n"
+    with pytest.raises(BuildError, match="MoeLin size"):
+        compile_cubin(moe.source() + bad, "sm_90", EXACT_FLAGS, name="moe.cu")

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from decoder_shell.contracts.allreduce import RingContract, allreduce
 from decoder_shell.contracts.numerics import BF16, F32
 from decoder_shell.corpus.infer import FAMILY_GRID, Collective, infer, offsets
+from conftest import reseal
 
 
 def _inputs(rng, ranks, n, dtype):
@@ -98,6 +99,7 @@ def test_verify_infer_record_stores_a_contract_that_makes_the_collectives_exact(
     info = json.loads((out / "corpus.json").read_text())
     info["collective"] = {"contract": RingContract().to_json(), "how": "guessed"}
     (out / "corpus.json").write_text(json.dumps(info))
+    reseal(out)
 
     def verify(*flags):
         r = subprocess.run([sys.executable, "-m", "decoder_shell.cli", "verify", str(out), "--json", *flags],

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import assert_one_line_error, run_shell
+from conftest import assert_one_line_error, reseal, run_shell
 from decoder_shell.commands.program import build_cycle
 from decoder_shell.contracts.allreduce import RingContract
 from decoder_shell.corpus.bind import bind
@@ -90,6 +90,7 @@ def test_recipe_tensor_is_regenerated_and_digest_checked(corpora, tmp_path):
     entry = next(t for t in d["tensors"] if "recipe" in t and t["name"] == "w13")
     entry["recipe"]["seed"][-1] += 1
     m.write_text(json.dumps(d))
+    reseal(path)  # sealed as a writer of this recipe would have: the recipe check behind the seal is tested
     res = run_shell("verify", path)
     assert_one_line_error(res, 2, "recipe generates do not match its digest")
 
@@ -107,6 +108,7 @@ def test_nan_scale_byte_is_one_line_exit_2(tmp_path):
     data.reshape(-1)[5] = 255
     entry["digest"], _ = c.blobs.put(data.tobytes())
     m.write_text(json.dumps(d))
+    reseal(path)
     res = run_shell("verify", path)
     assert_one_line_error(res, 2, "byte 255 (NaN)")
 
@@ -124,6 +126,7 @@ def test_out_of_range_expert_id_is_one_line_exit_2(tmp_path):
     new, _ = c.blobs.put(ids.tobytes())
     for m in (path / "manifests" / "draft" / "r1").glob("*moe_*.json"):
         m.write_text(m.read_text().replace(old, new))
+    reseal(path)
     assert_one_line_error(run_shell("verify", path), 2, "expert id out of range")
 
 

@@ -19,7 +19,7 @@ from decoder_shell.drivers.base import POISON
 from decoder_shell.geometry import preset
 from decoder_shell.replay.engine import Checker, load_inputs, prepare, replay
 
-from conftest import SHIPPED_CORPUS, assert_one_line_error, run_shell
+from conftest import SHIPPED_CORPUS, assert_one_line_error, reseal, run_shell
 
 
 def bits(a):
@@ -232,6 +232,7 @@ def _tamper_head_output(root: Path, rank: int) -> str:
     y.view(np.uint16)[0, 0] ^= 1
     t["digest"], _ = corpus.blobs.put(y.tobytes())
     path.write_text(json.dumps(m))
+    reseal(root)
     return b.name
 
 

@@ -13,6 +13,8 @@ def register(sub) -> None:
     s.add_argument("--token-file", help="the service's token file (default: the service's default for PORT)")
     s.add_argument("--cycles", type=int, default=1, help="cycles to capture, one corpus each (default 1)")
     s.add_argument("--out", required=True, help="corpus folder (with several cycles: one cycle-NNN folder each)")
+    s.add_argument("--replace", action="store_true",
+                   help="replace the corpus in --out: swapped in atomically once complete and verified")
     s.add_argument("--wait", action="store_true", help="wait for live traffic instead of sending a generate request")
     s.add_argument("--prompt", default=DEFAULT_PROMPT, help="prompt of the generate request that drives the cycles")
     s.add_argument("--phase", choices=("cycle", "verify"), default="cycle",

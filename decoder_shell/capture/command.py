@@ -14,7 +14,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 
 from ..corpus.store import Corpus
-from ..corpus.verify import record_parity, verify
+from ..corpus.verify import verify
 from ..geometry import Geometry, preset
 from .client import ServiceClient, parse_service_url
 from .errors import CaptureError, ServiceUnreachable, UsageError
@@ -64,7 +64,8 @@ def cmd_capture(args, console: Console) -> int:
     info = client.request("GET", "/capture/info")
     g = capture_geometry(info, args)
     out = Path(args.out).expanduser().resolve()
-    status = client.request("POST", "/capture/arm", {"geometry": g.to_json(), "cycles": args.cycles, "out": str(out)})
+    status = client.request("POST", "/capture/arm", {"geometry": g.to_json(), "cycles": args.cycles, "out": str(out),
+                                                    "replace": bool(args.replace)})
     capture_id = status["capture"]
     driver = None if args.wait else _Driver(client, args.prompt, args.cycles, g)
     try:
@@ -154,7 +155,11 @@ def _follow(client: ServiceClient, capture_id: str, g: Geometry, args, err: Cons
     with Progress(*columns, console=err, transient=False, disable=quiet) as bar:
         task = bar.add_task("armed, waiting for the next cycle", total=total)
         while True:
-            s = client.request("GET", "/capture/status")
+            try:
+                s = client.request("GET", "/capture/status")
+            except ServiceUnreachable as e:
+                raise CaptureError(f"capture {capture_id}: the service went away during the capture ({e}); "
+                                   "the target folders are unchanged") from None
             if s.get("capture") != capture_id:
                 raise CaptureError(f"capture {capture_id} was replaced by another arm request")
             written = sum(int(r.get("written", 0)) for r in s.get("ranks", {}).values())
@@ -176,12 +181,12 @@ def _follow(client: ServiceClient, capture_id: str, g: Geometry, args, err: Cons
 
 
 def _verify_all(status: dict, g: Geometry) -> dict:
-    """Verify each captured corpus and record its parity (rebased when the mHC is not the contract's)."""
+    """Verify each published corpus again, here (the service verified and recorded its parity, rebased
+    when the mHC is not the contract's, before it published it)."""
     corpora = []
     for folder, inference in zip(status["corpora"], status.get("inference") or [{}] * len(status["corpora"])):
         c = Corpus.open(Path(folder))
         rep = verify(c)
-        record_parity(c, rep)
         mhc_ops = {op: p for op, p in rep["parity"].items() if op != "allreduce"}
         ar = rep["parity"].get("allreduce", {})
         corpora.append({

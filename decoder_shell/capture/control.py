@@ -19,6 +19,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOOPBACK = "127.0.0.1"
 MAX_BODY = 1 << 16
+BACKLOG = 256  # pending connections the kernel holds: hundreds of clients at once wait, none is refused
+
+
+class LoopbackHTTPServer(ThreadingHTTPServer):
+    """A threading HTTP server with a listen backlog for hundreds of concurrent clients."""
+
+    request_queue_size = BACKLOG
+    daemon_threads = True
 
 
 def is_loopback(host: str) -> bool:
@@ -66,16 +74,30 @@ class ControlRoutes:
         return 404, {"error": f"no route {method} {route}"}
 
 
-def serve_request(handler: BaseHTTPRequestHandler, routes: ControlRoutes, method: str) -> None:
-    """Answer one control request on an http.server handler (reads a bounded body)."""
+def read_body(handler: BaseHTTPRequestHandler, cap: int = MAX_BODY) -> bytes | None:
+    """The request body, at most `cap` bytes; None (an error answer already sent) when the
+    Content-Length is absent on a POST, not a number, negative or over the cap."""
+    raw = handler.headers.get("Content-Length")
+    if raw is None:
+        if handler.command != "POST":
+            return b""
+        send_json(handler, 411, {"error": "a POST needs a Content-Length"})
+        return None
     try:
-        n = int(handler.headers.get("Content-Length") or 0)
+        n = int(raw.strip()) if raw.strip().isdigit() and len(raw.strip()) <= 12 else -1
     except ValueError:
         n = -1
-    if not 0 <= n <= MAX_BODY:
-        send_json(handler, 413 if n > 0 else 400, {"error": f"request body must be 0..{MAX_BODY} bytes"})
+    if not 0 <= n <= cap:
+        send_json(handler, 413 if n > cap else 400, {"error": f"Content-Length must be a number from 0 to {cap}"})
+        return None
+    return handler.rfile.read(n) if n > 0 else b""
+
+
+def serve_request(handler: BaseHTTPRequestHandler, routes: ControlRoutes, method: str) -> None:
+    """Answer one control request on an http.server handler (reads a bounded body)."""
+    body = read_body(handler)
+    if body is None:
         return
-    body = handler.rfile.read(n) if n > 0 else b""
     code, payload = routes.handle(method, handler.path, handler.client_address[0],
                                   handler.headers.get("Authorization"), body)
     send_json(handler, code, payload)
@@ -111,7 +133,6 @@ class _Handler(BaseHTTPRequestHandler):
 def start_control_server(routes: ControlRoutes, port: int = 0) -> ThreadingHTTPServer:
     """A standalone control server on 127.0.0.1:port (0: any free port), served by a daemon thread."""
     handler = type("ControlHandler", (_Handler,), {"routes": routes})
-    server = ThreadingHTTPServer((LOOPBACK, port), handler)
-    server.daemon_threads = True
+    server = LoopbackHTTPServer((LOOPBACK, port), handler)
     threading.Thread(target=server.serve_forever, name="decoder-shell-control", daemon=True).start()
     return server

@@ -1,9 +1,12 @@
 """Rank 0's coordinator: accepts an arm, starts it on every rank at one cycle, gathers progress, and
-writes corpus.json (with the inferred collective contract) once every rank has written its part.
+publishes each corpus (with the inferred collective contract and its verified parity) once every
+rank has written its part.
 
-corpus.json is the last file of a capture. Arming removes the folder's old corpus.json, so a
-capture that stops half-way (a rank killed, a timeout) leaves blobs and manifests that `shell verify`
-and `shell replay` refuse; the next capture into the folder reuses whatever blobs are there.
+Arming takes each target folder's writer lock and a staging folder beside it (corpus/publish.py);
+the ranks write into the staging folders, and the target is swapped only when the staged corpus is
+complete and verified. A capture that stops half-way (a rank killed, a timeout, a disarm) drops the
+staging folders and leaves whatever the targets held before untouched. A non-empty target needs
+`replace` in the arm request; the blobs it holds are linked into the new corpus, not written again.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from pathlib import Path
 
 from ..contracts.allreduce import RingContract
 from ..corpus.infer import infer_corpus
+from ..corpus.publish import Staging
 from ..corpus.store import Corpus, CorpusInfo
+from ..corpus.verify import record_parity, verify
 from ..errors import ShellError
 from ..geometry import Geometry
 from .plugin import Arm
@@ -35,6 +40,7 @@ class Coordinator:
         self.current: dict | None = None
         self.acks: set[int] = set()
         self.lost: set[int] = set()
+        self.staging: list[Staging] = []
 
     # --- HTTP side ---------------------------------------------------------------------------
     def info(self) -> dict:
@@ -53,19 +59,20 @@ class Coordinator:
             return s
 
     def arm(self, req: dict) -> tuple[int, dict]:
+        """Accept one capture at a time: the busy check, the folder locks and the new state are one
+        step under the coordinator's lock, so of two concurrent arm requests exactly one gets 202."""
         with self.lock:
             if self.current and self.current["state"] in BUSY:
                 return 409, {"error": f"capture {self.current['capture']} is {self.current['state']}; "
                                       "wait for it or POST /capture/disarm"}
-        try:
-            arm = self._parse(req)
-            self._prepare(arm)
-        except (ShellError, ValueError, TypeError, KeyError) as e:
-            return 400, {"error": str(e).strip("'\"")}
-        with self.lock:
+            try:
+                arm = self._parse(req)
+                self.staging = self._prepare(arm, req.get("replace") is True)
+            except (ShellError, ValueError, TypeError, KeyError) as e:
+                return 400, {"error": str(e).strip("'\"")}
             self.acks = set()
             self.current = {"capture": arm.capture, "state": "pending", "cycles": arm.cycles,
-                            "corpora": arm.corpora, "geometry": arm.geometry.to_json(), "start_cycle": None,
+                            "corpora": arm.targets, "geometry": arm.geometry.to_json(), "start_cycle": None,
                             "ranks": {}, "error": "", "inference": [], "armed_at": time.time()}
             self.plugin._pending = arm
             return 202, self.status()
@@ -79,6 +86,7 @@ class Coordinator:
             self.plugin._arm = None
             cur["state"] = "cancelled"
             cur["error"] = "disarmed on request"
+            self._abandon()
         for r in range(1, self.plugin.world):
             self.plugin.hub.send(r, {"type": "disarm", "capture": cur["capture"]})
         return 200, self.status()
@@ -96,22 +104,30 @@ class Coordinator:
         out = req.get("out")
         if not isinstance(out, str) or not os.path.isabs(out):
             raise ValueError("out must be an absolute folder path")
-        corpora = [out] if cycles == 1 else [os.path.join(out, f"cycle-{k:03d}") for k in range(cycles)]
-        return Arm(secrets.token_hex(6), g, cycles, corpora)
+        targets = [out] if cycles == 1 else [os.path.join(out, f"cycle-{k:03d}") for k in range(cycles)]
+        return Arm(secrets.token_hex(6), g, cycles, list(targets), targets=list(targets))
 
     @staticmethod
-    def _prepare(arm: Arm) -> None:
-        """Each corpus folder: created, same geometry as before if any, and no corpus.json until done."""
-        for folder in map(Path, arm.corpora):
-            done = folder / "corpus.json"
-            if done.exists():
-                if Corpus.open(folder).geometry != arm.geometry:
-                    raise ValueError(f"{folder} holds a corpus of another geometry; choose another --out folder")
-                done.unlink()
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise ValueError(f"cannot create {folder} ({e.strerror})") from None
+    def _prepare(arm: Arm, replace: bool) -> list[Staging]:
+        """Lock each target and give the ranks a staging folder beside it; nothing of a target changes."""
+        staging: list[Staging] = []
+        try:
+            for target in arm.targets:
+                s = Staging(Path(target), replace)
+                s.begin()
+                staging.append(s)
+        except BaseException:
+            for s in staging:
+                s.abandon()
+            raise
+        arm.corpora = [str(s.dir) for s in staging]
+        return staging
+
+    def _abandon(self) -> None:
+        """Drop the staging folders of a capture that will not finish (the targets stay as they were)."""
+        staging, self.staging = self.staging, []
+        for s in staging:
+            s.abandon()
 
     # --- rank 0's main thread, at the start of a cycle ---------------------------------------
     def begin(self, start: int) -> None:
@@ -136,6 +152,7 @@ class Coordinator:
                 waiting = sorted(set(range(1, self.plugin.world)) - self.acks)
                 self.current["state"] = "error"
                 self.current["error"] = f"rank(s) {waiting} did not acknowledge the arm"
+                self._abandon()
             else:
                 self.current["state"] = "armed"
                 self.current["start_cycle"] = start
@@ -161,6 +178,7 @@ class Coordinator:
             if msg["state"] == "error":
                 cur["state"] = "error"
                 cur["error"] = f"rank {rank}: {msg['error']}"
+                self._abandon()
             elif cur["state"] == "armed":
                 cur["state"] = "capturing"
             states = [cur["ranks"].get(r, {}).get("state") for r in range(self.plugin.world)]
@@ -177,9 +195,10 @@ class Coordinator:
             if cur and cur["state"] in BUSY and cur["state"] != "finalizing":
                 cur["state"] = "error"
                 cur["error"] = (f"rank {rank} disconnected during the capture (did its process exit?); "
-                                "the corpus has no corpus.json and will not verify")
+                                "the target folders are unchanged")
                 self.plugin._arm = None
                 self.plugin._pending = None
+                self._abandon()
             self.lock.notify_all()
 
     def _fail(self, message: str) -> None:
@@ -187,6 +206,7 @@ class Coordinator:
             if self.current:
                 self.current["state"] = "error"
                 self.current["error"] = message
+                self._abandon()
 
     def _probes(self, cur: dict) -> list:
         """Rank 0's probe outputs, kept only if every rank got the same bits (an all-reduce does)."""
@@ -195,27 +215,36 @@ class Coordinator:
 
     # --- the last step -------------------------------------------------------------------------
     def _finalize(self, cur: dict) -> None:
-        """Infer the collective contract from the captured data, then write corpus.json (last)."""
+        """In each staging folder: infer the collective contract, write corpus.json, verify and record
+        the parity; then publish every corpus (each one atomic swap)."""
         g = Geometry.from_json(cur["geometry"])
+        staging = list(self.staging)
         try:
             results = []
             probes = self._probes(cur)
-            for folder in cur["corpora"]:
-                inference = infer_corpus(Corpus(Path(folder), CorpusInfo(g, collective={"probes": probes})))
+            for s in staging:
+                inference = infer_corpus(Corpus(s.dir, CorpusInfo(g, collective={"probes": probes})))
                 source = {"kind": "service", **self.service, "capture": cur["capture"],
                           "captured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(cur["armed_at"]))}
                 contract = inference.contract or RingContract()
-                c = Corpus.create(Path(folder), g, source, contract,
-                                  how="inferred" if inference.found else "not inferred")
+                c = Corpus.create(s.dir, g, source, contract, how="inferred" if inference.found else "not inferred")
                 c.info.collective["inference"] = inference.to_json()
                 if probes:
                     c.info.collective["probes"] = probes
                 c.finalize()
+                record_parity(c, verify(Corpus.open(s.dir)))
                 results.append(inference.to_json())
             with self.lock:
+                if cur["state"] != "finalizing":
+                    return  # disarmed meanwhile: its staging is gone
+                for s in staging:
+                    s.publish()
+                self.staging = []
                 cur["inference"] = results
                 cur["state"] = "done"
         except Exception as e:
             with self.lock:
-                cur["state"] = "error"
-                cur["error"] = f"finalizing the corpus failed: {e}"
+                if cur["state"] == "finalizing":
+                    cur["state"] = "error"
+                    cur["error"] = f"finalizing the corpus failed (the target folders are unchanged): {e}"
+                    self._abandon()

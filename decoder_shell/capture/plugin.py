@@ -19,30 +19,33 @@ from . import _NULL
 from .assemble import assemble
 from .channel import RankHub, RankLink
 from .errors import CaptureError
+from ..corpus.store import Corpus, CorpusInfo
 from .recorder import PhaseRecorder
-from .writer import CorpusWriter
 
 NULL = _NULL  # one shared no-op context: a disarmed marker allocates nothing
 
 
 @dataclass
 class Arm:
-    """What to capture: the geometry, how many cycles, one corpus folder per cycle, from which cycle."""
+    """What to capture: the geometry, how many cycles, from which cycle; per cycle the staging folder
+    the ranks write (`corpora`) and the target it will replace (`targets`, whose blobs are reused)."""
 
     capture: str
     geometry: Geometry
     cycles: int
     corpora: list
     start: int = -1
+    targets: list = field(default_factory=list)
 
     def to_message(self) -> dict:
         return {"type": "arm", "capture": self.capture, "geometry": self.geometry.to_json(),
-                "cycles": self.cycles, "corpora": list(self.corpora), "start": self.start}
+                "cycles": self.cycles, "corpora": list(self.corpora), "start": self.start,
+                "targets": list(self.targets)}
 
     @classmethod
     def from_message(cls, m: dict) -> "Arm":
         return cls(m["capture"], Geometry.from_json(m["geometry"]), int(m["cycles"]), list(m["corpora"]),
-                   int(m["start"]))
+                   int(m["start"]), list(m.get("targets", [])))
 
 
 @dataclass
@@ -209,7 +212,8 @@ class _CycleCapture:
         g = self.arm.geometry
         p = self.progress
         p.state = "writing"
-        writer = CorpusWriter(Path(self.arm.corpora[self.k]), g)
+        reuse = Path(self.arm.targets[self.k]) if self.arm.targets else None
+        writer = Corpus(Path(self.arm.corpora[self.k]), CorpusInfo(g), reuse)
         for ph in g.phases:
             rec = self.phases.get(ph.name)
             if rec is None:

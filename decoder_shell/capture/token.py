@@ -19,12 +19,26 @@ def default_token_file(port: int) -> Path:
 
 
 def create_token_file(path: Path) -> str:
-    """Write a fresh token to `path` with mode 0600 (atomic: the temporary file is 0600 from birth)."""
+    """Write a fresh token to `path` with mode 0600. A path of the shell's own (default_token_file's
+    folder) is replaced atomically, a stale token of an earlier service included; any other path
+    must not exist yet (created exclusively, never following a link), so no file the service did not
+    create is overwritten."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     token = secrets.token_urlsafe(32)
-    write_atomic(path, (token + "\n").encode())
-    os.chmod(path, 0o600)
+    if path.parent == default_token_file(0).parent:
+        write_atomic(path, (token + "\n").encode())
+        os.chmod(path, 0o600)
+        return token
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        raise UsageError(f"token file {path} already exists; the service never overwrites a file it did not "
+                         "create (remove it or pick another --token-file)") from None
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+        f.flush()
+        os.fsync(f.fileno())
     return token
 
 

@@ -12,8 +12,13 @@ from ..commands.ops import TensorSpec, op_tensors
 from ..contracts.numerics import DTYPES, dtype_of  # noqa: F401  (manifests name dtypes this way)
 from ..errors import CorpusError
 from ..geometry import Boundary, Geometry
+from .files import parse_json, read_regular
+from .schema import MANIFEST, check
 
 SCHEMA = 1
+MAX_MANIFEST_BYTES = 1 << 20
+
+
 @dataclass(frozen=True)
 class TensorEntry:
     name: str
@@ -63,25 +68,26 @@ def encode(m: Manifest) -> bytes:
     return (json.dumps(m.to_json(), indent=1, sort_keys=True) + "\n").encode()
 
 
-def parse(path: Path, expected: Boundary, rank: int, g: Geometry) -> Manifest:
-    """Read and validate a manifest against the boundary and geometry it must describe."""
+def read(path: Path, root: Path) -> bytes:
+    """A manifest's bytes: a regular file inside the corpus, at most 1 MiB."""
+    return read_regular(path, MAX_MANIFEST_BYTES, "manifest", root)
+
+
+def parse(path: Path, expected: Boundary, rank: int, g: Geometry, raw: bytes | None = None,
+          root: Path | None = None) -> Manifest:
+    """Validate a manifest (its bytes `raw`, or read from `path`) against the boundary and geometry it
+    must describe: the schema first, then every field against what the geometry expects."""
     def bad(msg):
         return CorpusError(f"{path}: {msg}")
 
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise bad("manifest is missing") from None
-    if len(raw) > 1 << 20:
-        raise bad("manifest is larger than 1 MiB")
-    try:
-        d = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise bad(f"manifest is not valid JSON ({e.msg if hasattr(e, 'msg') else e})") from None
+    if raw is None:
+        raw = read(path, root if root is not None else path.parent)
+    d = parse_json(raw, path, "manifest")
     if not isinstance(d, dict):
         raise bad("manifest is not a JSON object")
     if d.get("schema") != SCHEMA:
-        raise bad(f"unsupported manifest schema {d.get('schema')!r} (this shell reads {SCHEMA})")
+        raise bad(f"unsupported manifest schema {str(d.get('schema'))[:40]!r} (this shell reads {SCHEMA})")
+    check(d, MANIFEST, path, "manifest")
     want = {"phase": expected.phase, "index": expected.index, "op": expected.op, "rank": rank,
             "layer": expected.layer, "sub_block": expected.sub_block}
     for k, v in want.items():

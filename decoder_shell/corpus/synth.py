@@ -1,4 +1,6 @@
-"""Synthetic corpora: deterministic inputs and params, outputs from the contracts (a linked cycle)."""
+"""Synthetic corpora: deterministic inputs and params, outputs from the contracts (a linked cycle).
+
+Written into a staging folder under the target's lock and published whole (publish.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from ..contracts.allreduce import RingContract
 from ..contracts.numerics import F32
 from ..geometry import MOE_OPS, Geometry
 from . import recipe as rc
+from .publish import staged
 from .store import Corpus
 
 #: Synthetic MoE weights: E8M0 scale bytes per format (decoded weights of a plausible size, far inside
@@ -97,23 +100,26 @@ def _seq(seed) -> list[int]:
 
 
 def synth(g: Geometry, out: Path, seed: int = 0, contract: RingContract = RingContract(),
-          progress=None, recipe_min_bytes: int = RECIPE_MIN_BYTES) -> Corpus:
+          progress=None, recipe_min_bytes: int = RECIPE_MIN_BYTES, replace: bool = False) -> Corpus:
+    """Write the synthetic corpus of `g` to `out` (an empty or new folder, or any with `replace`),
+    staged beside it and published whole (publish.py)."""
     cyc = build_cycle(g, contract)
-    values = reference(cyc, injected_values(cyc, seed))
-    corpus = Corpus.create(out, g, {"kind": "synth", "seed": seed}, contract, how="synth")
-    for cmd in cyc.commands:
-        for r in range(g.ranks):
-            recipes = {}
-            for name, bid in cmd.inputs.items():
-                buf = cyc.buffers[bid]
-                if buf.boundary == cmd.boundary and buf.nbytes >= recipe_min_bytes:
-                    rec = moe_recipe(buf, seed, r)
-                    if rec is not None:
-                        recipes[name] = rec
-            corpus.write(cmd.boundary, r, {n: values[r][b] for n, b in cyc.tensor_buffers(cmd).items()},
-                         recipes=recipes)
-        if progress:
-            progress(cmd)
-    corpus.info.parity = {"how": "synth", "ops": {}}
-    corpus.finalize()
-    return corpus
+    with staged(out, replace) as folder:
+        values = reference(cyc, injected_values(cyc, seed))
+        corpus = Corpus.create(folder, g, {"kind": "synth", "seed": seed}, contract, how="synth")
+        for cmd in cyc.commands:
+            for r in range(g.ranks):
+                recipes = {}
+                for name, bid in cmd.inputs.items():
+                    buf = cyc.buffers[bid]
+                    if buf.boundary == cmd.boundary and buf.nbytes >= recipe_min_bytes:
+                        rec = moe_recipe(buf, seed, r)
+                        if rec is not None:
+                            recipes[name] = rec
+                corpus.write(cmd.boundary, r, {n: values[r][b] for n, b in cyc.tensor_buffers(cmd).items()},
+                             recipes=recipes)
+            if progress:
+                progress(cmd)
+        corpus.info.parity = {"how": "synth", "ops": {}}
+        corpus.finalize()
+    return Corpus.open(out)

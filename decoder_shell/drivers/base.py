@@ -75,8 +75,7 @@ class Session(ABC):
 
 
 def refuse_moe(cycle: Cycle, driver: str) -> None:
-    """Drivers whose cycle graphs do not hold the MoE draft commands yet refuse such a cycle in one line
-    (their kernels exist: drivers/cuda/moe.cu, checked by tools/cuda_check_moe.py)."""
+    """Drivers (or cycle forms) that do not hold the MoE draft commands yet refuse such a cycle in one line."""
     from ..geometry import MOE_OPS
     if any(c.op in MOE_OPS for c in cycle.commands):
         raise UsageError(f"the {driver} driver does not replay the MoE draft commands ({', '.join(MOE_OPS)}) yet; "

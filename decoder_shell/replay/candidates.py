@@ -25,6 +25,7 @@ MHC_OPS = ("mhc_pre", "mhc_post_pre", "mhc_post_head")
 OPS = ("allreduce", *MHC_OPS, *MOE_OPS)
 #: Selector words -> the ops they select.
 GROUPS = {**{op: (op,) for op in OPS}, "mhc": MHC_OPS, "collectives": ("allreduce",), "moe": MOE_OPS,
+          "experts": ("moe_routed", "moe_shared"),
           "cycle": OPS}
 _BOUNDARY = re.compile(r"^[a-z]+\.\d{4}\.[a-z_]+$")
 
@@ -45,7 +46,8 @@ def select(cycle: Cycle, selector: str) -> tuple[int, ...]:
             names = list(by_name)
             raise UsageError(f"selector {selector!r}: no boundary {word!r} in this cycle "
                              f"({names[0]} .. {names[-1]})")
-        raise UsageError(f"selector {selector!r}: expected an op ({', '.join(OPS)}), 'mhc', 'collectives' or 'cycle', "
+        raise UsageError(f"selector {selector!r}: expected an op ({', '.join(OPS)}), 'mhc', 'collectives', 'moe', 'experts' or "
+                         f"'cycle', "
                          f"optionally phase-qualified (verify:mhc), or a boundary name such as "
                          f"{cycle.commands[-1].boundary.name}")
     picked = tuple(c.index for c in cycle.commands

@@ -67,6 +67,8 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
     if not args.candidate and not args.delete:
         raise UsageError("nothing to gate: give --candidate OP=IMPL or --delete OP (see --list-candidates)")
     corpus = Corpus.open(Path(args.corpus))
+    from ..corpus.budget import require_memory
+    require_memory(corpus, "gate")
     t = getattr(args, "tracker", None)
     if t is None:  # called without the CLI's main (no progress display)
         from ..progress import Tracker

@@ -3,7 +3,8 @@
 The decision rule (docs/GATE.md): PASS only when the baseline is exact, the candidate is exact (unless
 the run is a deletion-only bound, where exactness is not asked), the driver's times measure the device,
 and the conservative saving reaches the threshold. When everything required holds except that the
-times are not meaningful (the cpu driver), the verdict is UNTIMED. Exit code: 0 for PASS, else 1.
+times are not meaningful (the cpu driver), the verdict is UNTIMED. Exit code: 0 PASS, 1 FAIL, 5 UNTIMED
+(a code of its own, so a script never takes an untimed run for a failed or a passed one).
 """
 
 from __future__ import annotations
@@ -107,8 +108,11 @@ def build_verdict(meta: dict, cycle, plan, settings, runs: dict) -> dict:
     return v
 
 
+EXIT_UNTIMED = 5  # 4 is a kernel that failed to build or run (errors.BuildError)
+
+
 def exit_code(v: dict) -> int:
-    return 0 if v["verdict"] == "PASS" else 1
+    return {"PASS": 0, "UNTIMED": EXIT_UNTIMED}.get(v["verdict"], 1)
 
 
 # --- the file ------------------------------------------------------------------------------------

@@ -37,9 +37,14 @@ def serve(opts) -> int:
         raise UsageError("--verify-rows must be between 1 and 16")
     if opts.mhc not in ("transformers", "shell"):
         raise UsageError("--mhc must be 'transformers' or 'shell'")
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
+
+    from ..control import LoopbackHTTPServer
+    if opts.token_file and os.path.lexists(opts.token_file):
+        raise UsageError(f"--token-file {opts.token_file}: exists; the service writes a new token file and removes "
+                         "it at exit, so it never takes over a file it did not create (remove it or pick another)")
     try:
-        http = ThreadingHTTPServer(("127.0.0.1", opts.port), BaseHTTPRequestHandler)
+        http = LoopbackHTTPServer(("127.0.0.1", opts.port), BaseHTTPRequestHandler)
     except OSError as e:
         raise UsageError(f"cannot listen on 127.0.0.1:{opts.port} ({e.strerror})") from None
     try:
@@ -49,7 +54,6 @@ def serve(opts) -> int:
         raise
     from . import server as rank_server  # imports torch and transformers before the fork
     http.RequestHandlerClass = rank_server.Handler
-    http.daemon_threads = True
     port = http.server_address[1]
     run_dir = tempfile.mkdtemp(prefix="decoder-shell-serve-")
     token_file = opts.token_file or str(default_token_file(port))

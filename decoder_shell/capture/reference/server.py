@@ -2,23 +2,28 @@
 
 Rank 0 answers HTTP on 127.0.0.1 (generate, health, and the capture control routes) and feeds each
 request to its main thread, which broadcasts it to every rank; all ranks then run the same cycles.
+Every socket of the service is on loopback: the HTTP server, the torch TCPStore (rank 0 binds its
+listening socket to 127.0.0.1 and hands it to the store) and gloo's/NCCL's own sockets (`lo`,
+unless GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME name another interface).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import queue
 import signal
+import socket
 import sys
 import threading
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import torch
 import torch.distributed as dist
 
 from ... import capture
-from ..control import send_json, serve_request
+from ..control import BACKLOG, LOOPBACK, LoopbackHTTPServer, read_body, send_json, serve_request
 from .engine import Engine
 from .mhc_shell import swap_in
 from .model import RankModel
@@ -28,6 +33,7 @@ from .shape import ModelShape
 MAX_PROMPT = 512
 MAX_NEW = 512
 GENERATE_TIMEOUT_S = 600
+MAX_GENERATE_BODY = 1 << 16
 
 
 def quiet_transformers() -> None:
@@ -51,13 +57,12 @@ def rank_main(rank: int, opts: ServeOptions, http_server=None) -> None:
     quiet_transformers()
     torch.set_num_threads(1)
     if http_server is None and rank == 0:
-        http_server = ThreadingHTTPServer(("127.0.0.1", opts.port), Handler)
-        http_server.daemon_threads = True
+        http_server = LoopbackHTTPServer((LOOPBACK, opts.port), Handler)
     device = torch.device(f"cuda:{rank}") if opts.backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(opts.backend, init_method=f"tcp://127.0.0.1:{opts.master_port}", rank=rank,
-                            world_size=opts.tp, timeout=timedelta(hours=24))
+    dist.init_process_group(opts.backend, store=loopback_store(rank, opts), rank=rank, world_size=opts.tp,
+                            timeout=timedelta(hours=24))
     shape = ModelShape()
     model = RankModel(shape, rank, opts.tp, opts.seed).to(device)
     if opts.mhc == "shell":
@@ -76,6 +81,22 @@ def rank_main(rank: int, opts: ServeOptions, http_server=None) -> None:
         _serve_rank0(engine, plugin, opts, geometry, http_server)
     else:
         _follow(engine)
+
+
+def loopback_store(rank: int, opts: ServeOptions):
+    """The rendezvous store on 127.0.0.1 only: rank 0 binds the listening socket itself (a TCPStore
+    given just a port listens on every interface) and gloo/NCCL keep their sockets on `lo`."""
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    timeout = timedelta(hours=24)
+    if rank != 0:
+        return dist.TCPStore(LOOPBACK, opts.master_port, opts.tp, False, timeout=timeout)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((LOOPBACK, opts.master_port))
+    sock.listen(BACKLOG)
+    return dist.TCPStore(LOOPBACK, opts.master_port, opts.tp, True, timeout=timeout, wait_for_workers=False,
+                         master_listen_fd=sock.detach())  # the store owns the descriptor from here
 
 
 def _follow(engine: Engine) -> None:
@@ -122,11 +143,13 @@ class Handler(BaseHTTPRequestHandler):
             return self._capture("POST")
         if self.path.rstrip("/") != "/generate":
             return send_json(self, 404, {"error": f"no route POST {self.path}"})
+        body = read_body(self, MAX_GENERATE_BODY)
+        if body is None:
+            return
         try:
-            n = int(self.headers.get("Content-Length") or 0)
-            cmd = parse_generate(json.loads(self.rfile.read(min(n, 1 << 20)) or b"{}"))
-        except ValueError as e:
-            return send_json(self, 400, {"error": str(e)})
+            cmd = parse_generate(json.loads(body or b"{}"))
+        except (ValueError, RecursionError) as e:
+            return send_json(self, 400, {"error": str(e) or "request body is nested too deeply"})
         job = {"cmd": cmd, "done": threading.Event()}
         self.server.app["jobs"].put(job)
         if not job["done"].wait(GENERATE_TIMEOUT_S):

@@ -77,12 +77,12 @@ class CudaDriver(Driver):
     def load(self, cycle, variants=None):
         require_support(cycle, "cuda", fused_norm=True,
                         ops=("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head", *MOE_OPS))
-        refuse_moe(cycle, "cuda")
         form = persistent_form(cycle, variants, self.cycle_form)
         if form and cycle.geometry.fused_norm:
             raise DriverUnavailable("the persistent cycle form has no fused RMSNorm node; replay a fused_norm "
                                     "corpus with --cycle graph")
         if form:
+            refuse_moe(cycle, f"cuda ({form} cycle)")  # the MoE commands are graph nodes only
             return self._load_persistent(cycle, form)
         self._last = self.placement_for(cycle.ranks)
         if self._last == "processes":

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...contracts.allreduce import RingContract
+from ...geometry import MOE_OPS
 from . import args as A
 from .variants import BASELINE, Node, Variant
 
@@ -107,6 +108,9 @@ def build(g: Graph, cycle, variants: dict, bind, local: list[int], rank: int | N
         if cmd.op == "allreduce" and isinstance(v, Variant) and v.node is Node.OWN:
             last = _allreduce(g, cycle, cmd, v, bind, last, joined)
             continue
+        if cmd.op in MOE_OPS and isinstance(v, Variant) and v.node is Node.OWN:
+            last = {r: _chain(g, bind.moe(cmd, r, v), [last[r]]) for r in local}
+            continue
         new = {}
         for r in local:
             if not isinstance(v, Variant):
@@ -130,6 +134,13 @@ def build(g: Graph, cycle, variants: dict, bind, local: list[int], rank: int | N
     for r in local:
         g.record(g.ev_end[r], [last[r], *pending.pop(r, [])])
     g.instantiate()
+
+
+def _chain(g: Graph, launches: list, deps: list):
+    """A command of several kernels (the MoE expert commands) as a chain of nodes; returns the last."""
+    for ln in launches:
+        deps = [g.kernel(ln, deps)]
+    return deps[0]
 
 
 def _allreduce(g: Graph, cycle, cmd, v: Variant, bind, last: dict, joined) -> dict:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...contracts.numerics import LANES
+from ...geometry import MOE_OPS
+from . import moe
 from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin, cuda_include_dirs
 from .variants import BASELINE, Node, Variant
 
@@ -108,10 +110,12 @@ class Modules:
         return mod
 
     def build(self, cycle, variants: dict, sm: int) -> None:
-        specs, fma = {}, set()
+        specs, fma, moe_ops = {}, set(), False
         for cmd in cycle.commands:
             var = variants.get(cmd.index, BASELINE)
-            if cmd.op != "allreduce" and isinstance(var, Variant) and var.node is Node.OWN:
+            if cmd.op in MOE_OPS:
+                moe_ops |= isinstance(var, Variant) and var.node is Node.OWN
+            elif cmd.op != "allreduce" and isinstance(var, Variant) and var.node is Node.OWN:
                 sp = spec_for(cycle, cmd, var, sm)
                 specs[sp.entry] = sp
                 if var.fma:
@@ -122,6 +126,10 @@ class Modules:
                 mod = self._load(compile_cubin(src, self.arch, flags))
                 for n in names:
                     self.funcs[n + suffix] = self.cu.cuModuleGetFunction(mod, n.encode())
+        if moe_ops:  # the MoE draft kernels: their own module (moe.py assembles it on kernels.cu's prelude)
+            mod = self._load(moe.build(self.arch))
+            for n in moe.KERNELS:
+                self.funcs[n] = self.cu.cuModuleGetFunction(mod, n.encode())
         for cand in {id(v): v for v in variants.values() if not isinstance(v, Variant)}.values():
             if cand.kind == "source":
                 image = compile_cubin(cand.code.decode(), self.arch, (*cand.options, *cuda_include_dirs()),

@@ -14,6 +14,7 @@ import numpy as np
 from ...contracts.allreduce import RingContract
 from ...contracts.numerics import BF16, LANES
 from . import args as A
+from . import moe as M
 from .kernels import BLOCK, NOUT, func_key, spec_for, user_key
 from .variants import Variant
 
@@ -21,7 +22,7 @@ from .variants import Variant
 class Binder:
     def __init__(self, cycle, arenas, funcs: dict, sm: int, *, rank: int | None):
         self.cycle, self.mem, self.funcs, self.sm, self.rank = cycle, arenas, funcs, sm, rank
-        mhc = [c for c in cycle.commands if c.op != "allreduce"]
+        mhc = [c for c in cycle.commands if c.op.startswith("mhc")]
         self.next_mhc = {a.index: b for a, b in zip(mhc, mhc[1:])}  # whose weights idle blocks prefetch
 
     def allreduce(self, cmd, rank: int, mode: int, contract: RingContract, lo: int, hi: int,
@@ -84,6 +85,45 @@ class Binder:
             return A.Launch(func, (LANES // BLOCK, rows, 1), (sp.threads, 1, 1), a, pdl=True)
         grid = (LANES // BLOCK, NOUT[cmd.op] // sp.opg, -(-rows // sp.rows_per_block))
         return A.Launch(func, grid, (BLOCK, 1, 1), a, pdl=True)
+
+    def moe(self, cmd, rank: int, var: Variant) -> list[A.Launch]:
+        """A MoE command's launches on one rank (docs/MOE.md): one kernel, or for the expert commands
+        w1/w3 -> act_qdq(h) -> w2 through this command's scratch. Packed weights run the MXFP4 (routed)
+        or FP8 (shared) kernels, expanded ones the bf16 kernels."""
+        g, mem, f = self.cycle.geometry, self.mem, self.funcs
+        rows = g.phase(cmd.boundary.phase).rows
+        d, e, k, width = g.hidden, g.moe.experts, g.moe.top_k, g.moe.width // g.ranks
+        t = {n: mem.addr(rank, b) for n, b in {**cmd.inputs, **cmd.outputs}.items()}
+        if cmd.op == "moe_qdq":
+            return [M.qdq_launch(f, t["x"], t["codes"], t["scales"], rows, d)]
+        if cmd.op == "moe_gate":
+            return [M.gate_launch(f, t["x"], t["weight"], t["bias"], t["ids"], t["weights"], rows, d, e, k)]
+        if cmd.op == "moe_combine":
+            return [M.combine_launch(f, t["slots"], t["shared"], t["ids"], t["out"], rows, k, d)]
+        routed = cmd.op == "moe_routed"
+        packed = g.moe.weights == "packed" and not var.expanded
+        fmt = ("mxfp4" if routed else "fp8") if packed else "bf16"
+        if var.expanded:
+            t.update({n: mem.expanded_addr(rank, cmd.index, n) for n in ("w13", "w2")})
+        sc = {n: mem.work(rank, off) for n, off in mem.moe_scratch[cmd.index].items()}
+        return M.expert_launches(f, mem.work(rank, mem.tables_off), fmt, xc=t["codes"], xs=t["scales"],
+                                 ids=t["ids"] if routed else 0, rw=t["weights"] if routed else 0, rows=rows,
+                                 topk=k if routed else 1, w13=t["w13"], s13=t["s13"] if packed else 0, w2=t["w2"],
+                                 s2=t["s2"] if packed else 0, experts=e if routed else 1, width=width, d=d,
+                                 h=sc["h"], hc=sc["hc"], hs=sc["hs"], out=t["slots" if routed else "y"])
+
+    def expand(self, cmd, rank: int) -> list[A.Launch]:
+        """The decode of a `moe-expanded` command's packed w13 and w2 into its bf16 copies (run once after
+        the params are written, outside the graph)."""
+        mem, fmt = self.mem, "mxfp4" if cmd.op == "moe_routed" else "fp8"
+        out = []
+        for w, s in (("w13", "s13"), ("w2", "s2")):
+            shape = self.cycle.buffers[cmd.inputs[w]].shape
+            k = shape[-1] * (2 if fmt == "mxfp4" else 1)
+            out.append(M.expand_launch(self.funcs, mem.work(rank, mem.tables_off), fmt, mem.addr(rank, cmd.inputs[w]),
+                                       mem.addr(rank, cmd.inputs[s]), mem.expanded_addr(rank, cmd.index, w),
+                                       int(np.prod(shape[:-1])), k))
+        return out
 
     def rmsnorm(self, cmd, rank: int) -> A.Launch:
         """The fused RMSNorm of a fused_norm geometry's hc_pre: rewrites the mHC node's y in place."""

@@ -3,10 +3,14 @@
 // weights, and the ascending-id combine. Every kernel is bit-identical to its numpy contract; the
 // build prepends kernels.cu's arithmetic prelude (ADD/MUL/DIV/SQRT, f2bf/bf2f, pexp) and the fp32
 // constants of the contracts as exact bit patterns (drivers/cuda/moe.py).
+// Each kernel waits for its predecessors (pdl_wait) before it reads what they wrote, then lets its
+// successor start (pdl_trigger): in the cycle graph they take programmatic edges like the mHC kernels.
 // Routing stays on the device: every kernel reads the expert ids itself; launch dimensions depend on
-// the geometry only (one block column per expert, idle when no row picked it); nothing allocates.
+// the geometry only (block column x of a routed linear serves the x-th smallest distinct expert id;
+// min(experts, slots) columns); nothing allocates.
 
 #define MOE_WARPS 8
+#define MOE_MAX_SLOTS 512  // routed slots (rows x top-k) of one launch
 #define FMT_MXFP4 0
 #define FMT_FP8 1
 #define FMT_BF16 2
@@ -33,6 +37,7 @@ __device__ __forceinline__ float warp_tree(float v) {
 extern "C" __global__ void __launch_bounds__(256) moe_qdq(const bf16_t* x, unsigned char* codes,
                                                           unsigned char* scales, int rows, int K) {
   pdl_wait();
+  pdl_trigger();
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int groups = K >> 5;
   int g = blockIdx.x * 8 + warp, row = blockIdx.y;
@@ -70,6 +75,7 @@ extern "C" __global__ void __launch_bounds__(1024) moe_gate(const bf16_t* x, con
   __shared__ float red[32][GATE_CHUNK];
   __shared__ float sc[1024];
   pdl_wait();
+  pdl_trigger();
   int t = blockIdx.x, l = threadIdx.x, lane = l & 31, warp = l >> 5;
   if (t >= rows) return;
   const bf16_t* xr = x + (size_t)t * D;
@@ -140,6 +146,7 @@ struct MoeLin {
   int K, N;                  // input width, output rows of each matrix
   void* out;                 // SwiGLU: bf16 h [slots, N]; F32: fp32 [slots, N]
   const float* tables;       // TABLE_FLOATS: E4M3 byte -> fp32, then E2M1 nibble -> fp32 (ml_dtypes)
+  int experts;               // experts in the weight stack (valid ids are [0, experts))
 };
 
 template <int FMT>
@@ -211,13 +218,51 @@ __device__ __forceinline__ float row_dot(const MoeLin& a, int e, int m, int n, i
 template <int FMT, int EPI>
 __device__ __forceinline__ void moe_linear(const MoeLin& a) {
   __shared__ float tab[TABLE_FLOATS];
+  __shared__ int picked;
+  __shared__ int sid[MOE_MAX_SLOTS];   // the launch's ids; -1 where a slot is not the first with its id
+  pdl_wait();
+  pdl_trigger();
+  int slots = a.ids ? a.rows * a.topk : a.rows;
+  int e = blockIdx.x;
+  if (a.ids) {
+    // Block column x serves the x-th smallest distinct expert id of the launch (grid x = min(experts,
+    // slots), from the shapes only): experts no row picked cost no block. Ids outside [0, experts)
+    // (a deleted gate's poison) are nobody's.
+    for (int sl = threadIdx.x; sl < slots; sl += blockDim.x) sid[sl] = __ldg(a.ids + sl);
+    if (threadIdx.x == 0) picked = -1;
+    __syncthreads();
+    int first[MOE_MAX_SLOTS / (MOE_WARPS * 32)];
+#pragma unroll
+    for (int c = 0; c < MOE_MAX_SLOTS / (MOE_WARPS * 32); c++) {
+      int sl = c * MOE_WARPS * 32 + threadIdx.x, id = sl < slots ? sid[sl] : -1;
+      bool f = id >= 0 && id < a.experts;
+      for (int j = 0; j < sl && f; j++) f = sid[j] != id;
+      first[c] = f ? id : -1;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < MOE_MAX_SLOTS / (MOE_WARPS * 32); c++) {
+      int sl = c * MOE_WARPS * 32 + threadIdx.x;
+      if (sl < slots) sid[sl] = first[c];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < MOE_MAX_SLOTS / (MOE_WARPS * 32); c++) {
+      int sl = c * MOE_WARPS * 32 + threadIdx.x;
+      if (sl >= slots || sid[sl] < 0) continue;
+      int below = 0;
+      for (int j = 0; j < slots; j++) below += sid[j] >= 0 && sid[j] < sid[sl];
+      if (below == (int)blockIdx.x) picked = sid[sl];
+    }
+    __syncthreads();
+    e = picked;
+    if (e < 0) return;  // fewer distinct experts than block columns
+  }
   for (int i = threadIdx.x; i < TABLE_FLOATS; i += blockDim.x) tab[i] = a.tables[i];
   __syncthreads();
-  pdl_wait();
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int e = blockIdx.x, n = blockIdx.y * MOE_WARPS + warp;
+  int n = blockIdx.y * MOE_WARPS + warp;
   if (n >= a.N) return;
-  int slots = a.ids ? a.rows * a.topk : a.rows;
   for (int sl = 0; sl < slots; sl++) {
     if (a.ids && __ldg(a.ids + sl) != e) continue;
     int arow = a.act_per_slot ? sl : (a.ids ? sl / a.topk : sl);
@@ -251,6 +296,7 @@ MOE_LINEAR(moe_down_bf16, FMT_BF16, EPI_F32)
 extern "C" __global__ void __launch_bounds__(256) moe_combine(const float* slots, const float* shared, const int* ids,
                                                               float* out, int rows, int topk, int D) {
   pdl_wait();
+  pdl_trigger();
   int t = blockIdx.y, d = blockIdx.x * 256 + threadIdx.x;
   if (t >= rows || d >= D) return;
   const int* id = ids + (size_t)t * topk;
@@ -260,9 +306,29 @@ extern "C" __global__ void __launch_bounds__(256) moe_combine(const float* slots
     int best = -1;
     for (int j = 0; j < topk; j++)
       if (id[j] > prev && (best < 0 || id[j] < id[best])) best = j;
+    if (best < 0) break;  // ids not from a gate (a deleted gate's poison): never read outside the slots
     prev = id[best];
     acc = ADD(acc, slots[((size_t)t * topk + best) * D + d]);
   }
   if (shared) acc = ADD(acc, shared[(size_t)t * D + d]);
   out[(size_t)t * D + d] = acc;
+}
+
+// ---- decode once: a packed weight stack to bf16 (the `moe-expanded` candidate, untimed) -------------
+// rows x K codes (MXFP4: K/2 bytes a row, low nibble the even input; FP8: K bytes) with E8M0 scales
+// [rows / srows, K/32] (srows 1 for MXFP4, 32 for FP8 32x32 blocks): out = bf16(code * 2^(s-127)),
+// the product in fp32 (qlinear.expand; exact in bf16 wherever the contract accepts the weight).
+extern "C" __global__ void __launch_bounds__(256) moe_expand(const unsigned char* codes, const unsigned char* scales,
+                                                             bf16_t* out, long long rows, int K, int fmt, int srows,
+                                                             const float* tables) {
+  long long n = rows * K;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    long long r = i / K;
+    int c = (int)(i - r * K);
+    float v = fmt == FMT_MXFP4 ? tables[256 + ((codes[r * (K >> 1) + (c >> 1)] >> (4 * (c & 1))) & 0xFu)]
+                               : tables[codes[i]];
+    unsigned s = scales[(r / srows) * (K >> 5) + (c >> 5)];
+    float scale = __uint_as_float(s ? s << 23 : 0x00400000u);  // 2^(s-127); byte 0 is the subnormal 2^-127
+    out[i] = f2bf(MUL(v, scale));
+  }
 }

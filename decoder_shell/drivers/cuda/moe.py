@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ...contracts.act_qdq import AMAX_FLOOR, INV_E4M3_MAX
-from ...contracts.moe_gate import NORM_EPS
+from ...contracts.moe_gate import NORM_EPS, ROUTE_SCALE
 from ...contracts.numerics import F32, LOG1P_POLY
 from ...contracts.quant import decode_tables
 from ...errors import BuildError
@@ -23,8 +23,9 @@ from .nvrtc import EXACT_FLAGS, compile_cubin
 HERE = Path(__file__).parent
 PRELUDE_END = "__device__ __forceinline__ float psigmoid"
 WARPS = 8  # MOE_WARPS: output rows per block of the linear kernels
+MAX_SLOTS = 512  # MOE_MAX_SLOTS: routed slots (rows x top-k) of one linear launch
 FORMATS = {"mxfp4": 0, "fp8": 1, "bf16": 2}
-KERNELS = ("moe_qdq", "moe_gate", "moe_combine",
+KERNELS = ("moe_qdq", "moe_gate", "moe_combine", "moe_expand",
            *(f"moe_{s}_{f}" for s in ("up", "down") for f in FORMATS))
 
 
@@ -64,7 +65,7 @@ class MoeLin(C.Structure):
                 ("act_per_slot", C.c_int), ("w", u64), ("s", u64),
                 ("w_estride", C.c_longlong), ("w_mstride", C.c_longlong), ("w_rstride", C.c_longlong),
                 ("s_estride", C.c_longlong), ("s_mstride", C.c_longlong),
-                ("K", C.c_int), ("N", C.c_int), ("out", u64), ("tables", u64)]
+                ("K", C.c_int), ("N", C.c_int), ("out", u64), ("tables", u64), ("experts", C.c_int)]
 
 
 def strides(fmt: str, experts: int, mats: int, n: int, k: int) -> dict:
@@ -73,6 +74,66 @@ def strides(fmt: str, experts: int, mats: int, n: int, k: int) -> dict:
     srow = {"mxfp4": (n, k // 32), "fp8": (n // 32, k // 32), "bf16": (0, 0)}[fmt]
     smat = srow[0] * srow[1]
     return dict(w_rstride=row, w_mstride=row * n, w_estride=row * n * mats, s_mstride=smat, s_estride=smat * mats)
+
+
+def qdq_launch(funcs: dict, x: int, codes: int, scales: int, rows: int, k: int):
+    """act_qdq of a bf16 [rows, k] at x into E4M3 codes and E8M0 scales."""
+    from .args import Launch
+    return Launch(funcs["moe_qdq"], (-(-(k // 32) // 8), rows, 1), (256, 1, 1),
+                  u64(x), u64(codes), u64(scales), C.c_int(rows), C.c_int(k), pdl=True)
+
+
+def gate_launch(funcs: dict, x: int, w: int, bias: int, ids: int, wts: int, rows: int, d: int, e: int, topk: int,
+                route_scale: float = float(ROUTE_SCALE)):
+    from .args import Launch
+    if e > 1024 or topk > 16:
+        raise ValueError("the gate kernel takes at most 1024 experts and top-16")
+    return Launch(funcs["moe_gate"], (rows, 1, 1), (1024, 1, 1), u64(x), u64(w), u64(bias), u64(ids),
+                  u64(wts), C.c_int(rows), C.c_int(d), C.c_int(e), C.c_int(topk), C.c_float(route_scale), pdl=True)
+
+
+def linear_launch(funcs: dict, tables: int, stage: str, fmt: str, *, xc: int, xs: int, ids: int, rw: int, rows: int,
+                  topk: int, act_per_slot: bool, w: int, s: int, experts: int, mats: int, n: int, k: int, out: int):
+    """`stage` "up" (w1/w3 pair -> bf16 h) or "down" (-> fp32); ids 0 for a dense (shared) expert."""
+    from .args import Launch
+    if n % WARPS or k % 32:
+        raise ValueError(f"linear shape {n} x {k} is off the grid ({WARPS} rows, 32 inputs)")
+    if ids and rows * topk > MAX_SLOTS:
+        raise ValueError(f"{rows} rows x top-{topk} is more than the {MAX_SLOTS} routed slots a launch takes")
+    st = strides(fmt, experts, mats, n, k)
+    args = MoeLin(xc=xc, xs=xs, ids=ids, rw=rw, rows=rows, topk=topk, act_per_slot=int(act_per_slot), w=w,
+                  s=s, K=k, N=n, out=out, tables=tables, experts=experts, **st)
+    # routed: block column x serves the x-th smallest distinct expert id (at most one per slot)
+    columns = min(experts, rows * topk) if ids else experts
+    return Launch(funcs[f"moe_{stage}_{fmt}"], (columns, n // WARPS, 1), (WARPS * 32, 1, 1), args, pdl=True)
+
+
+def combine_launch(funcs: dict, slots: int, shared: int, ids: int, out: int, rows: int, topk: int, d: int):
+    from .args import Launch
+    return Launch(funcs["moe_combine"], (-(-d // 256), rows, 1), (256, 1, 1), u64(slots), u64(shared),
+                  u64(ids), u64(out), C.c_int(rows), C.c_int(topk), C.c_int(d), pdl=True)
+
+
+def expand_launch(funcs: dict, tables: int, fmt: str, codes: int, scales: int, out: int, rows: int, k: int):
+    """Decode a packed stack of `rows` weight rows of width k (MXFP4 or FP8 blocks) once to bf16."""
+    from .args import Launch
+    blocks = max(1, min(4096, -(-rows * k // 256)))
+    return Launch(funcs["moe_expand"], (blocks, 1, 1), (256, 1, 1), u64(codes), u64(scales), u64(out),
+                  C.c_longlong(rows), C.c_int(k), C.c_int(FORMATS[fmt]), C.c_int(1 if fmt == "mxfp4" else 32),
+                  u64(tables))
+
+
+def expert_launches(funcs: dict, tables: int, fmt: str, *, xc: int, xs: int, ids: int, rw: int, rows: int, topk: int,
+                    w13: int, s13: int, w2: int, s2: int, experts: int, width: int, d: int, h: int, hc: int, hs: int,
+                    out: int) -> list:
+    """One expert command (routed: ids and route weights; shared: ids = rw = 0, topk 1): w1/w3 with the
+    SwiGLU epilogue into bf16 h [slots, width], act_qdq of h, w2 into fp32 [slots, d]."""
+    slots = rows * (topk if ids else 1)
+    return [linear_launch(funcs, tables, "up", fmt, xc=xc, xs=xs, ids=ids, rw=rw, rows=rows, topk=topk,
+                          act_per_slot=False, w=w13, s=s13, experts=experts, mats=2, n=width, k=d, out=h),
+            qdq_launch(funcs, h, hc, hs, slots, width),
+            linear_launch(funcs, tables, "down", fmt, xc=hc, xs=hs, ids=ids, rw=0, rows=rows, topk=topk,
+                          act_per_slot=True, w=w2, s=s2, experts=experts, mats=1, n=d, k=width, out=out)]
 
 
 class MoeDevice:
@@ -118,33 +179,18 @@ class MoeDevice:
 
     # --- launches -------------------------------------------------------------------------------
     def qdq(self, x: int, codes: int, scales: int, rows: int, k: int):
-        from .args import Launch
-        return Launch(self.funcs["moe_qdq"], (-(-(k // 32) // 8), rows, 1), (256, 1, 1),
-                      u64(x), u64(codes), u64(scales), C.c_int(rows), C.c_int(k))
+        return qdq_launch(self.funcs, x, codes, scales, rows, k)
 
     def gate(self, x: int, w: int, bias: int, ids: int, wts: int, rows: int, d: int, e: int, topk: int,
-             route_scale: float = 1.5):
-        from .args import Launch
-        if e > 1024 or topk > 16:
-            raise ValueError("the gate kernel takes at most 1024 experts and top-16")
-        return Launch(self.funcs["moe_gate"], (rows, 1, 1), (1024, 1, 1), u64(x), u64(w), u64(bias), u64(ids),
-                      u64(wts), C.c_int(rows), C.c_int(d), C.c_int(e), C.c_int(topk), C.c_float(route_scale))
+             route_scale: float = float(ROUTE_SCALE)):
+        return gate_launch(self.funcs, x, w, bias, ids, wts, rows, d, e, topk, route_scale)
 
-    def linear(self, stage: str, fmt: str, *, xc: int, xs: int, ids: int, rw: int, rows: int, topk: int,
-               act_per_slot: bool, w: int, s: int, experts: int, mats: int, n: int, k: int, out: int):
+    def linear(self, stage: str, fmt: str, **kw):
         """`stage` "up" (w1/w3 pair -> bf16 h) or "down" (-> fp32); ids 0 for a dense (shared) expert."""
-        from .args import Launch
-        if n % WARPS or k % 32:
-            raise ValueError(f"linear shape {n} x {k} is off the grid ({WARPS} rows, 32 inputs)")
-        st = strides(fmt, experts, mats, n, k)
-        args = MoeLin(xc=xc, xs=xs, ids=ids, rw=rw, rows=rows, topk=topk, act_per_slot=int(act_per_slot), w=w,
-                      s=s, K=k, N=n, out=out, tables=self.tables, **st)
-        return Launch(self.funcs[f"moe_{stage}_{fmt}"], (experts, n // WARPS, 1), (WARPS * 32, 1, 1), args)
+        return linear_launch(self.funcs, self.tables, stage, fmt, **kw)
 
     def combine(self, slots: int, shared: int, ids: int, out: int, rows: int, topk: int, d: int):
-        from .args import Launch
-        return Launch(self.funcs["moe_combine"], (-(-d // 256), rows, 1), (256, 1, 1), u64(slots), u64(shared),
-                      u64(ids), u64(out), C.c_int(rows), C.c_int(topk), C.c_int(d))
+        return combine_launch(self.funcs, slots, shared, ids, out, rows, topk, d)
 
     def launch(self, launches, stream) -> None:
         for ln in launches:

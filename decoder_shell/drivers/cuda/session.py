@@ -40,6 +40,7 @@ class CudaSession(Session):
         self.local = list(range(cycle.ranks)) if rank is None else [rank]
         self.pdl = pdl and self.sm >= 90
         self._freed = False
+        self.decodes, self.decode_inputs, self.stale = [], set(), False
         self.graph: G.Graph | None = None
         self.modules = Modules(self.cu, self.arch)
         self.mem = Arenas(self.cu, cycle, self.variants)
@@ -61,6 +62,12 @@ class CudaSession(Session):
         try:
             self.modules.build(self.cycle, self.variants, self.sm)
             bind = Binder(self.cycle, self.mem, self.modules.funcs, self.sm, rank=self.rank)
+            # `moe-expanded`: packed params decoded to bf16 on the device before the next epoch after a write
+            self.decodes = [ln for idx in self.mem.expanded for r in self.local
+                            for ln in bind.expand(self.cycle.commands[idx], r)]
+            self.decode_inputs = {b for idx in self.mem.expanded for n, b in self.cycle.commands[idx].inputs.items()
+                                  if n in ("w13", "s13", "w2", "s2")}
+            self.stale = bool(self.decodes)
             self.graph = G.Graph(self.cu, self.pdl)
             G.build(self.graph, self.cycle, self.variants, bind, self.local, self.rank)
         except BaseException:
@@ -89,6 +96,14 @@ class CudaSession(Session):
     def write(self, rank, buffer_id, value):
         a = self._host(buffer_id, value)
         self.cu.cuMemcpyHtoD(self.mem.addr(rank, buffer_id), a.ctypes.data, a.nbytes)
+        self.stale |= buffer_id in self.decode_inputs
+
+    def decode(self):
+        """Decode the packed weights of `moe-expanded` commands once more (untimed)."""
+        for ln in self.decodes:
+            self.cu.cuLaunchKernel(ln.func, *ln.grid, *ln.block, ln.shared, self.stream, ln.params_ptr, 0)
+        self.cu.cuStreamSynchronize(self.stream)
+        self.stale = False
 
     def read(self, rank, buffer_id):
         b = self.cycle.buffers[buffer_id]
@@ -110,6 +125,8 @@ class CudaSession(Session):
 
     def run(self, graph=True):
         cu, g = self.cu, self.graph
+        if self.stale:
+            self.decode()
         if graph:
             cu.cuGraphLaunch(g.exec, self.stream)
             cu.cuStreamSynchronize(self.stream)
@@ -126,6 +143,8 @@ class CudaSession(Session):
     def profile(self):
         """One epoch timed kernel by kernel, for replay --breakdown (drivers/cuda/profile.py)."""
         from .profile import profile_epoch
+        if self.stale:
+            self.decode()
         return profile_epoch(self)
 
     @property

@@ -13,6 +13,10 @@ from enum import Enum
 
 from ...contracts.numerics import LANES
 from ...errors import UsageError
+from ...geometry import MOE_OPS
+
+#: The MoE commands that run experts (w1/w3 -> act_qdq(h) -> w2): the ones a weight format applies to.
+EXPERT_OPS = ("moe_routed", "moe_shared")
 from . import args as A
 
 
@@ -27,6 +31,7 @@ class Target(Enum):
     ANY = "any"
     MHC = "mhc"
     ALLREDUCE = "allreduce"
+    MOE = "moe"
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,8 @@ class Variant:
     ring: bool = False  # all-reduce as reduce-scatter + all-gather nodes
     segments: int = 1  # all-reduce run as this many narrower collectives
     emulated_only: bool = False  # reads peers outside the arrival protocol
+    ops: tuple = ()  # Target.MOE: the MoE commands it can stand for
+    expanded: bool = False  # MoE experts: packed weights decoded once on the device to bf16
 
     @property
     def builds_kernel(self) -> bool:
@@ -78,11 +85,14 @@ _ALL = [
     Variant("segmented-2", "all-reduce run as 2 narrower collectives (changes bits unless the contract is segmented "
             "so)", Target.ALLREDUCE, segments=2),
     Variant("segmented-4", "all-reduce run as 4 narrower collectives", Target.ALLREDUCE, segments=4),
+    Variant("moe-expanded", "MoE expert commands on bf16 weights decoded once on the device from the corpus's packed "
+            "codes and scales (untimed): expanded vs packed experts on one corpus (select: experts)", Target.MOE,
+            ops=EXPERT_OPS, expanded=True),
 ]
 VARIANTS: dict[str, Variant] = {v.name: v for v in _ALL}
 BASELINE = VARIANTS["baseline"]
 #: The variants an all-reduce command accepts (derived from the targets above, never listed by hand).
-ALLREDUCE_VARIANTS = tuple(n for n, v in VARIANTS.items() if v.target is not Target.MHC)
+ALLREDUCE_VARIANTS = tuple(n for n, v in VARIANTS.items() if v.target in (Target.ANY, Target.ALLREDUCE))
 MAX_PIECES = max(v.segments for v in _ALL)  # all-reduce launches per collective: one arrival slot set each
 
 
@@ -114,6 +124,12 @@ def resolve(cycle, variants: dict | None, *, rank: int | None, sm: int) -> dict:
             raise UsageError(f"{v!r} is an mHC implementation; command {idx} is an all-reduce")
         if op != "allreduce" and var.target is Target.ALLREDUCE:
             raise UsageError(f"{v!r} is an all-reduce implementation; command {idx} is {op}")
+        if op in MOE_OPS and var.target is Target.MHC:
+            raise UsageError(f"{v!r} is an mHC implementation; command {idx} is {op}")
+        if var.target is Target.MOE and op not in var.ops:
+            raise UsageError(f"{v!r} applies to {', '.join(var.ops)}; command {idx} is {op}")
+        if var.expanded and cycle.geometry.moe.weights != "packed":
+            raise UsageError(f"{v!r} decodes packed experts; this corpus already holds them expanded")
         if var.rows:
             rows = cycle.geometry.phase(cmds[idx].boundary.phase).rows
             if rows != var.rows:

@@ -1,0 +1,264 @@
+"""The cuda driver's cycle graph for a MoE draft, proven on the CPU.
+
+A real CudaSession is built against a driver API that keeps device memory as host byte arrays (no
+GPU here; the kernels' NVRTC build is tests/test_cuda_moe_build.py's job). Its launch list (the graph's
+nodes, in order) is then interpreted: each MoE kernel launch reads exactly the bytes its argument struct
+points at (addresses, strides, rows, top-k, formats, grid) and runs the numpy contract of that kernel
+on them; the other commands' launches run their command's contract on what the memory holds. The
+outputs of every command on every rank must be the cpu driver's reference bit-for-bit, with every
+output written (outputs start poisoned). A wrong address, stride, shape or format in a MoE launch
+gives wrong bits or a read outside its buffer, and fails.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import itertools
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from decoder_shell.commands.program import build_cycle, reference, run_command
+from decoder_shell.contracts.act_qdq import QAct, act_qdq
+from decoder_shell.contracts.expert import swiglu
+from decoder_shell.contracts.moe import combine_slots
+from decoder_shell.contracts.moe_gate import moe_gate
+from decoder_shell.contracts.numerics import BF16, F32, to_bf16
+from decoder_shell.contracts.qlinear import QWeight, expand, linear
+from decoder_shell.contracts.allreduce import RingContract
+from decoder_shell.corpus.synth import injected_values
+from decoder_shell.drivers.cuda import kernels as K
+from decoder_shell.drivers.cuda import moe as M
+from decoder_shell.drivers.cuda.session import CudaSession
+from decoder_shell.errors import UsageError
+from decoder_shell.geometry import MOE_OPS, preset
+from decoder_shell.replay.compare import mismatches
+
+SPAN = 1 << 40  # fake allocations: one per 2^40 bytes of address space
+
+
+class HostMemoryDriver:
+    """The driver API calls a session makes, with device memory kept as host byte arrays; functions are
+    their entry names; graph calls are recorded and do nothing."""
+
+    def __init__(self):
+        self.mem: dict[int, np.ndarray] = {}
+        self.handles = itertools.count(1)
+        self.bindings = SimpleNamespace(
+            CUDA_KERNEL_NODE_PARAMS=SimpleNamespace, CUgraphEdgeData=SimpleNamespace,
+            CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC=1,
+            CUgraphDependencyType=SimpleNamespace(CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC=1))
+
+    def at(self, addr: int, nbytes: int) -> np.ndarray:
+        base = addr // SPAN * SPAN
+        buf, off = self.mem[base], addr - base
+        assert 0 <= off and off + nbytes <= buf.size, f"access of {nbytes} bytes at +{off} outside its allocation"
+        return buf[off:off + nbytes]
+
+    def cuMemAlloc(self, n):
+        base = (len(self.mem) + 1) * SPAN
+        self.mem[base] = np.zeros(int(n), np.uint8)
+        return base
+
+    def cuMemFree(self, p):
+        del self.mem[int(p)]
+
+    def cuMemsetD8(self, p, v, n, *stream):
+        self.at(int(p), int(n))[:] = v
+
+    cuMemsetD8Async = cuMemsetD8
+
+    def cuMemcpyHtoD(self, p, host, n):
+        C.memmove(self.at(int(p), int(n)).ctypes.data, host, int(n))
+
+    def cuMemcpyDtoH(self, host, p, n):
+        C.memmove(host, self.at(int(p), int(n)).ctypes.data, int(n))
+
+    def cuModuleGetFunction(self, mod, name):
+        return name.decode()
+
+    def __getattr__(self, name):  # streams, events, modules, graph nodes: handles, nothing to do
+        if name.startswith("cu"):
+            return lambda *a: next(self.handles)
+        raise AttributeError(name)
+
+
+def load(cu, addr, dtype, shape):
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return cu.at(addr, n).view(dtype).reshape(shape).copy()
+
+
+def store(cu, addr, value):
+    v = np.ascontiguousarray(value)
+    cu.at(addr, v.nbytes)[:] = v.view(np.uint8).reshape(-1)
+
+
+def weight(cu, fmt, a, e, m, n, k):
+    """Matrix m of expert e of a linear launch, read as the kernel indexes it (MoeLin strides)."""
+    w = a.w + e * a.w_estride + m * a.w_mstride
+    rows = [load(cu, w + j * a.w_rstride, np.uint8, ({"mxfp4": k // 2, "fp8": k, "bf16": 2 * k}[fmt],))
+            for j in range(n)]
+    codes = np.stack(rows)
+    if fmt == "bf16":
+        return codes.view(BF16)
+    s = a.s + e * a.s_estride + m * a.s_mstride
+    return QWeight(fmt, codes, load(cu, s, np.uint8, (n, k // 32) if fmt == "mxfp4" else (n // 32, k // 32)))
+
+
+def run_linear(cu, name, grid, a):
+    """moe_up_* / moe_down_* as moe.cu computes them: every slot of each expert, 8 output rows per block."""
+    stage, fmt = name.split("_")[1:]
+    assert grid[1:] == (a.N // M.WARPS, 1) and a.N % M.WARPS == 0 and a.K % 32 == 0
+    slots = a.rows * a.topk if a.ids else a.rows
+    ids = load(cu, a.ids, np.int32, (slots,)) if a.ids else np.zeros(slots, np.int32)
+    arows = np.arange(slots) if a.act_per_slot else (np.arange(slots) // a.topk if a.ids else np.arange(slots))
+    nact = slots if a.act_per_slot else a.rows
+    xq = QAct(load(cu, a.xc, np.uint8, (nact, a.K)), load(cu, a.xs, np.uint8, (nact, a.K // 32)))
+    rw = load(cu, a.rw, F32, (slots,)) if a.rw else None
+    assert grid[0] == (min(a.experts, slots) if a.ids else a.experts)  # routed: a column per distinct id
+    for e in range(a.experts):
+        sl = np.nonzero(ids == e)[0]
+        if not sl.size:
+            continue
+        sub = QAct(xq.codes[arows[sl]], xq.scales[arows[sl]])
+        if stage == "up":
+            g = linear(sub, weight(cu, fmt, a, e, 0, a.N, a.K), "bfloat16")
+            u = linear(sub, weight(cu, fmt, a, e, 1, a.N, a.K), "bfloat16")
+            out = to_bf16(swiglu(g, u, None if rw is None else rw[sl]))
+        else:
+            out = linear(sub, weight(cu, fmt, a, e, 0, a.N, a.K), "float32")
+        row = out.dtype.itemsize * a.N
+        for j, s in enumerate(sl):
+            store(cu, a.out + int(s) * row, out[j])
+
+
+def run_moe_launch(cu, name, ln):
+    v = None if name.startswith(("moe_up", "moe_down")) else [x.value for x in ln.args]
+    if name == "moe_qdq":
+        x, codes, scales, rows, k = v
+        assert ln.grid == (-(-(k // 32) // 8), rows, 1)
+        q = act_qdq(load(cu, x, BF16, (rows, k)))
+        store(cu, codes, q.codes), store(cu, scales, q.scales)
+    elif name == "moe_gate":
+        x, w, bias, ids, wts, rows, d, e, k, scale = v
+        assert ln.grid == (rows, 1, 1)
+        i, rw = moe_gate(load(cu, x, BF16, (rows, d)), load(cu, w, BF16, (e, d)), load(cu, bias, F32, (e,)), k,
+                         np.float32(scale))
+        store(cu, ids, i.astype(np.int32)), store(cu, wts, rw)
+    elif name == "moe_expand":
+        codes, scales, out, rows, k, fmt, srows, _ = v
+        fmt = {0: "mxfp4", 1: "fp8"}[fmt]
+        assert srows == (1 if fmt == "mxfp4" else 32)
+        w = QWeight(fmt, load(cu, codes, np.uint8, (rows, k // 2 if fmt == "mxfp4" else k)),
+                    load(cu, scales, np.uint8, (rows // srows, k // 32)))
+        store(cu, out, expand(w))
+    elif name == "moe_combine":
+        slots, shared, ids, out, rows, k, d = v
+        assert ln.grid == (-(-d // 256), rows, 1)
+        i = load(cu, ids, np.int32, (rows, k))
+        store(cu, out, combine_slots(load(cu, slots, F32, (rows, k, d)), i, load(cu, shared, F32, (rows, d))))
+    else:
+        run_linear(cu, name, ln.grid, ln.args[0])
+
+
+def interpret(sess, cu):
+    """Run the session's launches in graph order; returns how many launches were MoE kernels."""
+    cyc, g = sess.cycle, sess.graph
+    done, moe_launches = set(), 0
+    for ln, idx in zip(g.eager, g.commands):
+        cmd = cyc.commands[idx]
+        if isinstance(ln.func, str) and ln.func.startswith("moe_"):
+            assert cmd.op in MOE_OPS
+            run_moe_launch(cu, ln.func, ln)
+            moe_launches += 1
+            continue
+        assert cmd.op not in MOE_OPS, f"{cmd.boundary.name} launches {ln.func}"
+        if idx in done:
+            continue
+        done.add(idx)
+        values = [{b: sess.read(r, b) for b in cmd.inputs.values()} for r in range(cyc.ranks)]
+        for r, outs in enumerate(run_command(cyc, cmd, values)):
+            for name, bid in cmd.outputs.items():
+                sess.write(r, bid, outs[name])
+    return moe_launches
+
+
+@pytest.fixture
+def no_builds(monkeypatch):
+    monkeypatch.setattr(K, "compile_cubin", lambda *a, **k: b"\x7fELF")
+    monkeypatch.setattr(M, "build", lambda arch: b"\x7fELF")
+
+
+def replay_on_host(geometry, seed, variants=None):
+    cyc = build_cycle(geometry, RingContract())
+    cu = HostMemoryDriver()
+    sess = CudaSession(SimpleNamespace(cu=cu, arch="sm_90", sm=90), cyc, variants)
+    values = injected_values(cyc, seed)
+    for r in range(cyc.ranks):
+        for bid, v in values[r].items():
+            sess.write(r, bid, v)
+    sess.poison()
+    decoded = 0
+    if sess.stale:  # what run() does first after a write of packed weights (moe-expanded)
+        for ln in sess.decodes:
+            run_moe_launch(cu, ln.func, ln)
+        decoded = len(sess.decodes)
+    n = interpret(sess, cu)
+    want = reference(cyc, values)
+    bad = {b.name: mismatches(sess.read(r, b.id), want[r][b.id]) for r in range(cyc.ranks) for b in cyc.outputs()}
+    formats = {ln.func for ln in sess.graph.eager if isinstance(ln.func, str)}
+    sess.close()
+    assert not cu.mem, "the session left device memory allocated"
+    return cyc, n + decoded, {k: v for k, v in bad.items() if v}, formats
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(weights=st.sampled_from(["packed", "expanded"]), tp=st.sampled_from([1, 2]),
+       rows=st.sampled_from([1, 5, 10]), kind=st.sampled_from(["mtp1", "dspark"]), seed=st.integers(0, 2 ** 16))
+def test_moe_graph_launches_compute_the_reference(no_builds, weights, tp, rows, kind, seed):
+    g = preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind=kind, moe_weights=weights)
+    cyc, n, bad, funcs = replay_on_host(g, seed)
+    subs = sum(c.op == "moe_routed" for c in cyc.commands)
+    assert n == tp * subs * (3 + 3 + 3)  # qdq, gate, combine + 3 per expert command, per rank and sub-block
+    assert bad == {}
+    fmts = {"mxfp4", "fp8"} if weights == "packed" else {"bf16"}
+    assert {f.rsplit("_", 1)[1] for f in funcs if f.startswith("moe_up")} == fmts
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tp=st.sampled_from([1, 2]), rows=st.sampled_from([1, 5]), seed=st.integers(0, 2 ** 16))
+def test_moe_expanded_candidate_decodes_on_the_device_and_computes_the_reference(no_builds, tp, rows, seed):
+    g = preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind="dspark")
+    cyc = build_cycle(g, RingContract())
+    experts = [c.index for c in cyc.commands if c.op in ("moe_routed", "moe_shared")]
+    cyc, n, bad, funcs = replay_on_host(g, seed, {i: "moe-expanded" for i in experts})
+    assert bad == {}
+    assert n == tp * len(experts) * (3 + 2) + tp * len(experts) // 2 * 3  # + 2 decodes per expert command
+    assert {f for f in funcs if f.startswith(("moe_up", "moe_down"))} == {"moe_up_bf16", "moe_down_bf16"}
+
+
+def test_moe_expanded_is_refused_on_an_expanded_corpus_and_on_other_commands(no_builds):
+    for weights, op, msg in (("expanded", "moe_routed", "already holds them expanded"),
+                             ("packed", "moe_gate", "applies to moe_routed, moe_shared")):
+        cyc = build_cycle(preset("tiny-moe", tp=2, verify_rows=2, draft_rows=5, moe_weights=weights), RingContract())
+        idx = next(c.index for c in cyc.commands if c.op == op)
+        with pytest.raises(UsageError, match=msg):
+            CudaSession(SimpleNamespace(cu=HostMemoryDriver(), arch="sm_90", sm=90), cyc, {idx: "moe-expanded"})
+
+
+def test_interpreter_catches_a_wrong_stride(no_builds, monkeypatch):
+    real = M.strides
+    monkeypatch.setattr(M, "strides", lambda fmt, *a: {**real(fmt, *a), "w_estride": real(fmt, *a)["w_mstride"]})
+    g = preset("tiny-moe", tp=2, verify_rows=2, draft_rows=5, draft_kind="mtp1")
+    _, _, bad, _ = replay_on_host(g, 1)
+    assert any(".slots" in k for k in bad)
+
+
+def test_mhc_variants_are_refused_on_moe_commands(no_builds):
+    cyc = build_cycle(preset("tiny-moe", tp=2, verify_rows=2, draft_rows=5), RingContract())
+    idx = next(c.index for c in cyc.commands if c.op == "moe_routed")
+    with pytest.raises(UsageError, match="mHC implementation"):
+        CudaSession(SimpleNamespace(cu=HostMemoryDriver(), arch="sm_90", sm=90), cyc, {idx: "fused-m2"})

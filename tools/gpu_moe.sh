@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# MoE draft commands on the cuda driver, one command on one GPU (docs/MOE.md):
+#  1. replay of tiny-moe corpora (TP2, DSpark 3 stages, T=5), packed and expanded weights: graph and changed
+#     epochs, every output of every rank bit-exact;
+#  2. replay of a dsv41-draft corpus (TP2, MTP1, T=5, packed) and the gate of its expert commands on bf16
+#     weights decoded on the device (candidate experts=moe-expanded) against the packed baseline: both exact,
+#     and the time the expanded form saves or costs per cycle;
+#  3. tools/cuda_check_moe.py with few cases: every MoE kernel against its contract and the routed-expert
+#     figure table (T = 5, 10, 20, 32 vs the HBM time of the expert bytes, torch eager and CUDA graph).
+# Usage: OUT=dir bash tools/gpu_moe.sh [--with-expanded-dsv41]   (the option adds a dsv41 expanded corpus:
+# minutes more of host work and over 15 GB of host memory for its synth). Logs and JSON land in $OUT; a
+# summary table is printed at the end. Exit 0 when every replay and the kernel check are exact.
+set -u
+OUT=${OUT:-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
+S="python3 -m decoder_shell.cli"
+T=$(mktemp -d)
+rc_all=0
+summary=()
+replay() {  # name corpus
+  local name=$1 corpus=$2
+  timeout 300 $S replay "$corpus" --driver cuda --placement emulated --epochs 20 --changed 2 -q \
+    --json-out "$OUT/replay-$name.json" >"$OUT/replay-$name.log" 2>&1
+  local rc=$?
+  [ $rc -eq 0 ] || rc_all=1
+  summary+=("| replay $name | rc=$rc | $(grep -E '^(EXACT|NOT EXACT|MISMATCH)' "$OUT/replay-$name.log" | head -1) | $(grep 'slowest rank' "$OUT/replay-$name.log" | head -1 | tr -s ' │┃' ' ') |")
+}
+for w in packed expanded; do
+  $S synth --preset tiny-moe --tp 2 --verify-rows 2 --draft-rows 5 --draft-kind dspark --moe-weights $w \
+    --seed 3 --out "$T/tiny-$w" -q >"$OUT/synth-tiny-$w.log" 2>&1 || { echo "synth tiny-$w failed"; rc_all=2; }
+  replay "tiny-moe-$w" "$T/tiny-$w"
+done
+$S synth --preset dsv41-draft --tp 2 --verify-rows 2 --draft-rows 5 --draft-kind mtp1 --out "$T/dsv41-packed" -q \
+  >"$OUT/synth-dsv41-packed.log" 2>&1 || { echo "synth dsv41-packed failed"; rc_all=2; }
+replay dsv41-packed "$T/dsv41-packed"
+if [ "${1:-}" = "--with-expanded-dsv41" ]; then
+  $S synth --preset dsv41-draft --tp 2 --verify-rows 2 --draft-rows 5 --draft-kind mtp1 --moe-weights expanded \
+    --out "$T/dsv41-expanded" -q >"$OUT/synth-dsv41-expanded.log" 2>&1 || { echo "synth dsv41-expanded failed"; rc_all=2; }
+  replay dsv41-expanded "$T/dsv41-expanded"
+fi
+timeout 300 $S gate "$T/dsv41-packed" --driver cuda --placement emulated --candidate experts=moe-expanded \
+  --epochs 20 --changed 1 --reps 3 -q --out "$OUT/gate-moe-expanded.json" >"$OUT/gate-moe-expanded.log" 2>&1
+rc=$?
+summary+=("| gate dsv41 experts=moe-expanded | rc=$rc | $(grep -E 'PASS|FAIL|UNTIMED|verdict' "$OUT/gate-moe-expanded.log" | head -2 | tr '\n' ' ') |")
+timeout 300 python3 tools/cuda_check_moe.py --cases 6 --reps 20 --json "$OUT/moe-check.json" >"$OUT/moe-check.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || rc_all=1
+echo "| step | exit | result | |"; echo "|---|---|---|---|"
+printf '%s\n' "${summary[@]}"
+echo; echo "cuda_check_moe (rc=$rc):"; cat "$OUT/moe-check.log"
+echo; echo "gate (dsv41, packed baseline vs experts=moe-expanded):"; tail -25 "$OUT/gate-moe-expanded.log"
+rm -rf "$T"
+exit $rc_all
