@@ -302,9 +302,13 @@ def test_moe_packed_equals_expanded_and_tp1_equals_single(t, seed):
         p = moe_tp(x, gw, gb, ex, sh, 2, mode)
         q = moe_tp(x, gw, gb, [expanded(e) for e in ex], expanded(sh), 2, mode)
         assert np.array_equal(bits(p["out"]), bits(q["out"]))
-        # one rounding more or fewer per expert: close to the single-device output
+        # one bf16 rounding more or fewer per expert contribution: the two outputs differ by at most a
+        # few bf16 half-ulps of the contributions summed into each element (not of the result: the
+        # contributions can cancel to a small output, where a bound relative to the output fails)
+        mag = sum(np.abs(sl.astype(np.float64)).sum(axis=1) + np.abs(shp.astype(np.float64))
+                  for sl, shp in p["partials"])
         diff = np.abs(p["out"].astype(np.float64) - single.astype(np.float64))
-        assert (diff <= 2.0**-6 * (np.abs(single.astype(np.float64)) + 1e-2)).all()
+        assert (diff <= 2.0**-7 * (mag + np.abs(single.astype(np.float64))) + 1e-30).all()
 
 
 def test_combine_order_is_ascending_expert_id():

@@ -21,6 +21,10 @@ Everything lands in --out (JSON and logs); a short table is printed last. Exit 0
 is exact, the FMA build is caught and the watchdog fired.
 
     python tools/persistent_check.py --out $OUT [--vllm-src /path/holding/vllm] [--cases 16]
+
+--quick (under 4 minutes on an H200 from a cold kernel cache): the same stages with fewer cases and
+epochs (8 random cases, 4 with row flags, 30 + 8 replay epochs), the profile at M=2 and M=8 in the
+default build only (row flags at M=2), and a 200 s budget.
 """
 
 from __future__ import annotations
@@ -95,7 +99,12 @@ def main():
     ap.add_argument("--vllm-src", type=Path, help="folder holding vllm/ (or a .tgz of vLLM's .py files)")
     ap.add_argument("--vllm-paths", nargs="+", default=["triton", "tilelang"], choices=["triton", "tilelang"])
     ap.add_argument("--budget", type=float, default=510.0, help="seconds; no stage starts after this")
+    ap.add_argument("--quick", action="store_true", help="fewer cases and epochs, default build only (< 4 min)")
     args = ap.parse_args()
+    if args.quick:
+        args.cases, args.epochs, args.changed = min(args.cases, 8), min(args.epochs, 30), min(args.changed, 8)
+        args.bench_epochs, args.budget = min(args.bench_epochs, 20), min(args.budget, 200.0)
+    flag_epochs, flag_changed = (10, 2) if args.quick else (20, 4)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     st = Stages(args.budget)
@@ -159,16 +168,16 @@ def main():
         r = replay(open_corpus(corpus), pdrv, epochs=args.epochs, changed=args.changed)
         (out / "replay.json").write_text(json.dumps(r.to_json(), indent=1, default=str))
         times = sorted(e.cycle_ms for e in r.epochs if e.kind == "graph")
-        f = replay(open_corpus(corpus), get_driver("cuda", placement="emulated", cycle="persistent-flags"), epochs=20,
-                   changed=4)
+        f = replay(open_corpus(corpus), get_driver("cuda", placement="emulated", cycle="persistent-flags"),
+                   epochs=flag_epochs, changed=flag_changed)
         ft = sorted(e.cycle_ms for e in f.epochs if e.kind == "graph")
         g = replay(open_corpus(corpus), get_driver("cuda", placement="emulated"), epochs=30)  # the graph path, same corpus
         gt = sorted(e.cycle_ms for e in g.epochs if e.kind == "graph")
         return ({"graph_exact": f"{sum(e.exact for e in r.epochs if e.kind == 'graph')}/{args.epochs}",
                  "changed_exact": f"{sum(e.exact for e in r.epochs if e.kind == 'changed')}/{args.changed}",
                  "median_ms": times[len(times) // 2] if times else None,
-                 "row_flags": {"graph_exact": f"{sum(e.exact for e in f.epochs if e.kind == 'graph')}/20",
-                               "changed_exact": f"{sum(e.exact for e in f.epochs if e.kind == 'changed')}/4",
+                 "row_flags": {"graph_exact": f"{sum(e.exact for e in f.epochs if e.kind == 'graph')}/{flag_epochs}",
+                               "changed_exact": f"{sum(e.exact for e in f.epochs if e.kind == 'changed')}/{flag_changed}",
                                "median_ms": ft[len(ft) // 2] if ft else None},
                  "graph_path_median_ms": gt[len(gt) // 2] if gt else None, "graph_path_exact": g.exact},
                 r.exact and f.exact)
@@ -178,12 +187,13 @@ def main():
     def profile():  # 5. where the time goes
         import persistent_profile
         prof.extend(persistent_profile.profile(m) for m in (2, 8))
-        prof.extend(persistent_profile.profile(m, cycle="persistent-flags") for m in (2, 8))
-        os.environ["DECODER_SHELL_CUDA_PERSIST_OPG"] = "4"  # the other build, for the record
-        try:
-            prof.append(persistent_profile.profile(2))
-        finally:
-            del os.environ["DECODER_SHELL_CUDA_PERSIST_OPG"]
+        prof.extend(persistent_profile.profile(m, cycle="persistent-flags") for m in ((2,) if args.quick else (2, 8)))
+        if not args.quick:
+            os.environ["DECODER_SHELL_CUDA_PERSIST_OPG"] = "4"  # the other build, for the record
+            try:
+                prof.append(persistent_profile.profile(2))
+            finally:
+                del os.environ["DECODER_SHELL_CUDA_PERSIST_OPG"]
         (out / "profile.json").write_text(json.dumps(prof, indent=1))
         for p in prof:
             print(persistent_profile.render(p) + "\n", flush=True)

@@ -75,8 +75,10 @@ def profile(m: int, tp: int = 4, launches: int = 20, cycle: str = "persistent") 
                 "barrier_ms": barrier, "barriers": len(s.plan), "inside_step_us": phases, "steps": rows}
 
 
-PHASES = ("arguments into shared memory", "post and comb (partials, Sinkhorn)", "stream values (all-reduce folded)",
-          "dot products", "block tree, partials stored", "the block's other items", "barrier wait to the next step")
+PHASES = ("step start to the first unit (arguments copied before the barrier)",
+          "loads issued, post and comb (partials, Sinkhorn)", "fold and stream values (all-reduce folded)",
+          "dot products", "block tree, partials stored", "the block's other items",
+          "next step's header and arguments, barrier wait")
 
 
 def inside_steps(d: np.ndarray) -> dict:

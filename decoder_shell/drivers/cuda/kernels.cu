@@ -106,11 +106,15 @@ struct Ring {
 __device__ __forceinline__ int pmod(int a, int m) { int r = a % m; return r < 0 ? r + m : r; }
 __device__ __forceinline__ int cdiv(int a, int b) { return (a + b - 1) / b; }
 
-// owner rank of element e (the rank that ends a ring step holding its chunk fully reduced)
+// owner rank of element e (the rank that ends a ring step holding its chunk fully reduced).
+// One segment (the common contract) skips the segment's division: its bounds are the whole range.
 __device__ __forceinline__ int ring_owner(const Ring& c, int e) {
-  int seg = cdiv(c.n, c.segments);
-  int s = e / seg, lo = s * seg;
-  int m = min(seg, c.n - lo);
+  int lo = 0, m = c.n;
+  if (c.segments > 1) {
+    const int seg = cdiv(c.n, c.segments), s = e / seg;
+    lo = s * seg;
+    m = min(seg, c.n - lo);
+  }
   int chunks = c.cpr * c.ranks;
   if (c.per) chunks = max(chunks, cdiv(m, c.per));
   chunks = cdiv(chunks, c.ranks) * c.ranks;
@@ -124,17 +128,23 @@ __device__ __forceinline__ float ld(const void* p, size_t e, int is_bf16) {
 
 // Every rank's value is loaded first (static indices: the pointer table stays in registers, and
 // the R independent loads are in flight together), then folded in the contract's order, picking
-// each step's rank with a select chain rather than a dynamic (local-memory) index.
-__device__ __forceinline__ float ring_fold(const void* const* in, const Ring& c, int e) {
-  int start = pmod(ring_owner(c, e) + c.offset, c.ranks);
-  float v[MAXR];
+// each step's rank with a select chain rather than a dynamic (local-memory) index. The loads and the
+// fold are separate functions so that a caller can issue the loads early and fold later.
+__device__ __forceinline__ void ring_load(const void* const* in, const Ring& c, int e, float (&v)[MAXR]) {
 #pragma unroll
   for (int q = 0; q < MAXR; q++) v[q] = q < c.ranks ? ld(in[q], e, c.is_bf16) : 0.0f;
+}
+__device__ __forceinline__ float ring_fold_loaded(const float (&v)[MAXR], const Ring& c, int e) {
+  // step t folds rank (start + t * dir) mod R: dir is +1 or -1, so r walks by one and wraps
+  int r = pmod(ring_owner(c, e) + c.offset, c.ranks);
   float acc = 0.0f;
 #pragma unroll
   for (int t = 0; t < MAXR; t++) {
     if (t < c.ranks) {
-      const int r = pmod(start + t * c.dir, c.ranks);
+      if (t > 0) {
+        r += c.dir;
+        r = r == c.ranks ? 0 : r < 0 ? c.ranks - 1 : r;
+      }
       float x = v[0];
 #pragma unroll
       for (int q = 1; q < MAXR; q++) x = q == r ? v[q] : x;
@@ -147,6 +157,11 @@ __device__ __forceinline__ float ring_fold(const void* const* in, const Ring& c,
     }
   }
   return c.is_bf16 ? round_bf(acc) : acc;
+}
+__device__ __forceinline__ float ring_fold(const void* const* in, const Ring& c, int e) {
+  float v[MAXR];
+  ring_load(in, c, e, v);
+  return ring_fold_loaded(v, c, e);
 }
 
 __device__ __forceinline__ void st(void* p, size_t e, float v, int is_bf16) {
@@ -282,9 +297,29 @@ __device__ __forceinline__ float stream_value(const MhcArgs& a, int m, int k, in
 // loaded once per d = lane + q*LANES and give all 4 streams k; written to `streams` when `write`.
 // Every load is issued before the first store: the compiler cannot prove that the stores to streams
 // miss x, residual, post and comb, so loads placed after a store would each wait for the one before.
+// lane_inputs issues the x (every rank's partial when FUSED) and residual loads; lane_streams_from
+// folds and mixes them: a caller may put other work (the persistent cycle's Sinkhorn) in between.
 template <int OP, bool FUSED, int Q>
-__device__ __forceinline__ void lane_streams(const MhcArgs& a, int m, int lane, bool write, float* sv) {
-  float xs[Q], res[Q][HC], pin[HC], cb[HC * HC];
+__device__ __forceinline__ void lane_inputs(const MhcArgs& a, int m, int lane, float (&xr)[Q][MAXR],
+                                            float (&res)[Q][HC]) {
+#pragma unroll
+  for (int q = 0; q < Q; q++) {
+    const int d = lane + q * LANES;
+    const size_t xd = (size_t)m * a.D + d;
+    if (FUSED) ring_load(a.peers, a.ring, (int)xd, xr[q]);
+    else xr[q][0] = ld(a.x, xd, a.x_is_bf16);
+    if (OP != OP_PRE) {
+      const bf16_t* rp = a.residual + (size_t)m * HC * a.D + d;
+#pragma unroll
+      for (int h = 0; h < HC; h++) res[q][h] = bf2f(rp[(size_t)h * a.D]);
+    }
+  }
+}
+
+template <int OP, bool FUSED, int Q>
+__device__ __forceinline__ void lane_streams_from(const MhcArgs& a, int m, int lane, bool write,
+                                                  const float (&xr)[Q][MAXR], const float (&res)[Q][HC], float* sv) {
+  float xs[Q], pin[HC], cb[HC * HC];
   if (OP != OP_PRE) {
 #pragma unroll
     for (int k = 0; k < HC; k++) pin[k] = a.post_in[m * HC + k];
@@ -292,16 +327,7 @@ __device__ __forceinline__ void lane_streams(const MhcArgs& a, int m, int lane, 
     for (int i = 0; i < HC * HC; i++) cb[i] = a.comb_in[m * HC * HC + i];
   }
 #pragma unroll
-  for (int q = 0; q < Q; q++) {
-    const int d = lane + q * LANES;
-    const size_t xd = (size_t)m * a.D + d;
-    xs[q] = FUSED ? ring_fold(a.peers, a.ring, (int)xd) : ld(a.x, xd, a.x_is_bf16);
-    if (OP != OP_PRE) {
-      const bf16_t* rp = a.residual + (size_t)m * HC * a.D + d;
-#pragma unroll
-      for (int h = 0; h < HC; h++) res[q][h] = bf2f(rp[(size_t)h * a.D]);
-    }
-  }
+  for (int q = 0; q < Q; q++) xs[q] = FUSED ? ring_fold_loaded(xr[q], a.ring, m * a.D + lane + q * LANES) : xr[q][0];
 #pragma unroll
   for (int q = 0; q < Q; q++) {
     const int d = lane + q * LANES;
@@ -323,6 +349,13 @@ __device__ __forceinline__ void lane_streams(const MhcArgs& a, int m, int lane, 
       sv[k * Q + q] = bf2f(b);
     }
   }
+}
+
+template <int OP, bool FUSED, int Q>
+__device__ __forceinline__ void lane_streams(const MhcArgs& a, int m, int lane, bool write, float* sv) {
+  float xr[Q][MAXR], res[Q][HC];
+  lane_inputs<OP, FUSED, Q>(a, m, lane, xr, res);
+  lane_streams_from<OP, FUSED, Q>(a, m, lane, write, xr, res, sv);
 }
 
 // The lane's dot products in the contract's lane order: the sum of squares (acc[r][0]) and the OPG

@@ -57,8 +57,9 @@ struct PArgs {
   u64 tag;            // row-flag mode: this launch's number (1, 2, ...): a row is done at tag x its units
 };
 
-// Stamp k of step s (block 0, thread 0, when the profile asks): 0 step start, 1 arguments in shared
-// memory, 2 post and comb ready, 3 stream values, 4 dot products, 5 partials stored, 6 items done.
+// Stamp k of step s (block 0, thread 0, when the profile asks): 0 step start (after the barrier; the
+// first item's arguments were copied before it), 1 first unit starts, 2 loads issued and post and comb
+// ready, 3 folded and stream values stored, 4 dot products, 5 partials stored, 6 items done.
 __device__ __forceinline__ void stamp(u64* st, int k) {
   if (st && threadIdx.x == 0) st[k] = globaltimer();
 }
@@ -147,23 +148,33 @@ __device__ __forceinline__ void row_wait(const PArgs& p, const PStep& prod, int 
   __syncthreads();
 }
 
-// Mixes of row m from the 8 lane-group partials a boundary left in scratch (as the Sinkhorn node).
+// Row m's 8 lane-group partials of output o and of the sum of squares, as a boundary left them in
+// scratch (loads only: a caller may issue them first and mix later).
 template <int NOUT>
-__device__ __forceinline__ float row_mix(const float* scratch, int m, int o, int N, float eps) {
+__device__ __forceinline__ void row_partials(const float* scratch, int m, int o, float (&v)[LANES / BLOCK],
+                                             float (&ss)[LANES / BLOCK]) {
   const float* p = scratch + (size_t)m * (LANES / BLOCK) * (NOUT + 1);
-  float v[LANES / BLOCK], ss[LANES / BLOCK];
 #pragma unroll
   for (int b = 0; b < LANES / BLOCK; b++) {
     v[b] = __ldcg(p + b * (NOUT + 1) + o + 1);
     ss[b] = __ldcg(p + b * (NOUT + 1));
   }
+}
+
+// Mixes of row m from the 8 lane-group partials a boundary left in scratch (as the Sinkhorn node).
+template <int NOUT>
+__device__ __forceinline__ float row_mix(const float* scratch, int m, int o, int N, float eps) {
+  float v[LANES / BLOCK], ss[LANES / BLOCK];
+  row_partials<NOUT>(scratch, m, o, v, ss);
   return block_mix(v, ss, N, eps);
 }
 
-// post and comb of row m of boundary `a` (24 outputs) into post[4], comb[16]; all 32 lanes of one warp.
-__device__ __forceinline__ void post_comb(const MhcArgs& a, int m, float* post, float* comb) {
+// post and comb of row m of boundary `a` (24 outputs) into post[4], comb[16] from its partials (v, ss
+// as row_partials<24> loads them for output t < 24 ? t : 0); all 32 lanes of one warp.
+__device__ __forceinline__ void post_comb_from(const MhcArgs& a, int m, float (&v)[LANES / BLOCK],
+                                               float (&ss)[LANES / BLOCK], float* post, float* comb) {
   const int t = threadIdx.x & 31;
-  const float mix = row_mix<24>(a.scratch, m, t < 24 ? t : 0, HC * a.D, a.norm_eps);
+  const float mix = block_mix(v, ss, HC * a.D, a.norm_eps);
   if (t >= HC && t < 2 * HC) post[t - HC] = MUL(2.0f, psigmoid(ADD(MUL(mix, a.scale[1]), a.base[t])));
   const float cm = __shfl_sync(0xffffffffu, mix, 2 * HC + (t & 15));
   const int j = (t >> 2) & 3, k = t & 3;
@@ -172,37 +183,28 @@ __device__ __forceinline__ void post_comb(const MhcArgs& a, int m, float* post, 
   if (t < 16) comb[t] = c;
 }
 
-// The lane's inputs of lane_streams (x, or every rank's partial of it, and the residual columns)
-// requested into L1 while warp 0 runs the Sinkhorn: a hint only (these lines are not written in this step).
-template <bool FUSED, int Q>
-__device__ __forceinline__ void prefetch_lane_inputs(const MhcArgs& a, int m, int lane) {
-#pragma unroll
-  for (int q = 0; q < Q; q++) {
-    const size_t xd = (size_t)m * a.D + lane + q * LANES;
-    if (FUSED) {
-      for (int r = 0; r < a.ring.ranks; r++)
-        asm volatile("prefetch.global.L1 [%0];" :: "l"((const char*)a.peers[r] + xd * (a.ring.is_bf16 ? 2 : 4)));
-    } else {
-      asm volatile("prefetch.global.L1 [%0];" :: "l"((const char*)a.x + xd * (a.x_is_bf16 ? 2 : 4)));
-    }
-#pragma unroll
-    for (int h = 0; h < HC; h++)
-      asm volatile("prefetch.global.L1 [%0];" :: "l"(a.residual + ((size_t)m * HC + h) * a.D + lane + q * LANES));
-  }
+// post and comb of row m of boundary `a` (24 outputs) into post[4], comb[16]; all 32 lanes of one warp.
+__device__ __forceinline__ void post_comb(const MhcArgs& a, int m, float* post, float* comb) {
+  const int t = threadIdx.x & 31;
+  float v[LANES / BLOCK], ss[LANES / BLOCK];
+  row_partials<24>(a.scratch, m, t < 24 ? t : 0, v, ss);
+  post_comb_from(a, m, v, ss, post, comb);
 }
 
 // Row m's post and comb from the producer's partials for a unit of boundary `a` (its args in shared
 // memory): made in warp 0 into shared memory (PC_OFF of sh, kept across the block's units of the row:
 // `key` names the step, rank and row whose values it holds), stored once to the outputs, and the
-// unit's post_in / comb_in pointed at the shared copy, so lane_streams reads them without a round
-// trip to memory. All threads call it.
+// unit's post_in / comb_in pointed at the shared copy, so lane_streams_from reads them without a round
+// trip to memory. `fresh`: pc_key did not hold `key` (warp 0 then loaded the partials into pv, pss).
+// All threads call it.
 #define PC_OFF 64
 __device__ __forceinline__ void unit_post_comb(const MhcArgs& a, const MhcArgs& prod, int m, int key, int* pc_key,
-                                               float* sh) {
+                                               float* sh, bool fresh, float (&pv)[LANES / BLOCK],
+                                               float (&pss)[LANES / BLOCK]) {
   const int t = threadIdx.x;
   float* pc = sh + PC_OFF;  // [0, HC): post, [HC, HC + HC*HC): comb
-  if (*(volatile int*)pc_key != key) {
-    if (t < 32) post_comb(prod, m, pc, pc + HC);
+  if (fresh) {
+    if (t < 32) post_comb_from(prod, m, pv, pss, pc, pc + HC);
     __syncthreads();
     if (t < HC) const_cast<float*>(a.post_in)[m * HC + t] = pc[t];
     else if (t < HC + HC * HC) const_cast<float*>(a.comb_in)[m * HC * HC + t - HC] = pc[t];
@@ -230,29 +232,38 @@ __device__ void mhc_unit(const PArgs& p, int s, int r, const PStep& st, const Mh
 #pragma unroll
   for (int o = 0; o <= G; o++) acc[0][o] = 0.0f;
   if constexpr (Q > 0) {
+    // Loads first, in the order they are needed, then the serial work: warp 0's producer partials
+    // (the Sinkhorn's inputs), every lane's x (all ranks' partials when the all-reduce is folded) and
+    // residual, then the weights; warp 0 runs post and comb while all of them are in flight (the
+    // other warps wait at its barrier with their loads landing), and the fold and mix follow. The
+    // same operations in the same order as lane_streams: only the time the loads are issued moved.
     constexpr int UF = 16 < HC * Q ? 16 : HC * Q;
+    const bool pc_needed = OP != OP_PRE && st.prev >= 0;
+    const bool fresh = pc_needed && *(volatile int*)pc_key != key;
+    if (fresh && p.sync) row_wait(p, p.steps[st.prev], r, m, s);  // (uniform: pc_key is the block's)
+    float pv[LANES / BLOCK], pss[LANES / BLOCK];
+    if (fresh && t < 32) row_partials<24>(prod.scratch, m, t < 24 ? t : 0, pv, pss);
+    float xr[Q][MAXR], res[Q][HC];
+    lane_inputs<OP, FUSED, Q>(a, m, lane, xr, res);
     float f[UF][G];
 #pragma unroll
     for (int u = 0; u < UF; u++)
 #pragma unroll
       for (int o = 0; o < G; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + u * LANES);
-    if (OP != OP_PRE && st.prev >= 0) {
-      if (*(volatile int*)pc_key != key) {
-        if (p.sync) row_wait(p, p.steps[st.prev], r, m, s);
-        prefetch_lane_inputs<FUSED, Q>(a, m, lane);
-      }
-      unit_post_comb(a, prod, m, key, pc_key, sh);
-    }
+    if (pc_needed) unit_post_comb(a, prod, m, key, pc_key, sh, fresh, pv, pss);
     stamp(stp, 2);
     float sv[1][HC * Q];
-    lane_streams<OP, FUSED, Q>(a, m, lane, writer, sv[0]);
+    lane_streams_from<OP, FUSED, Q>(a, m, lane, writer, xr, res, sv[0]);
     stamp(stp, 3);
     lane_dots<1, G, UF, Q>(a, f, sv, acc, o0, lane, N);
     stamp(stp, 4);
   } else {
     if (OP != OP_PRE && st.prev >= 0) {
-      if (p.sync && *(volatile int*)pc_key != key) row_wait(p, p.steps[st.prev], r, m, s);
-      unit_post_comb(a, prod, m, key, pc_key, sh);
+      const bool fresh = *(volatile int*)pc_key != key;
+      if (p.sync && fresh) row_wait(p, p.steps[st.prev], r, m, s);
+      float pv[LANES / BLOCK], pss[LANES / BLOCK];
+      if (fresh && t < 32) row_partials<24>(prod.scratch, m, t < 24 ? t : 0, pv, pss);
+      unit_post_comb(a, prod, m, key, pc_key, sh, fresh, pv, pss);
     }
     stamp(stp, 2);
     for (int i = lane; i < N; i += LANES) {
@@ -285,10 +296,21 @@ __device__ void mhc_unit(const PArgs& p, int s, int r, const PStep& st, const Mh
 
 // A finish item of a boundary whose partials are complete: pre of row m and its collapse over the
 // columns d = b*128 + t (+ k*1024); the lane group 0 item also writes post and comb when asked.
-template <int NOUT>
+// On the fast path (Q > 0: D = Q*1024) the item's stream values are loaded before warp 0 makes pre,
+// so their round trip overlaps it; the arithmetic is the same either way.
+template <int NOUT, int Q>
 __device__ void finish_item(const PStep& st, const MhcArgs& a, int m, int b, float* sh) {
   const int t = threadIdx.x;
   float* pre_s = sh;
+  const bf16_t* sm = a.streams + (size_t)m * HC * a.D;
+  constexpr int QL = Q > 0 ? Q : 1;
+  bf16_t sv[QL][HC];
+  if constexpr (Q > 0) {
+#pragma unroll
+    for (int q = 0; q < Q; q++)
+#pragma unroll
+      for (int h = 0; h < HC; h++) sv[q][h] = __ldcg(sm + (size_t)h * a.D + b * BLOCK + t + q * LANES);
+  }
   if (t < 32) {
     const float mix = row_mix<NOUT>(a.scratch, m, t < HC ? t : 0, HC * a.D, a.norm_eps);
     if (t < HC) pre_s[t] = ADD(psigmoid(ADD(MUL(mix, a.scale[0]), a.base[t])), a.hc_eps);
@@ -296,25 +318,46 @@ __device__ void finish_item(const PStep& st, const MhcArgs& a, int m, int b, flo
     post_comb(a, m, a.post_out + m * HC, a.comb_out + m * HC * HC);
   }
   __syncthreads();
-  const bf16_t* sm = a.streams + (size_t)m * HC * a.D;
-  for (int d = b * BLOCK + t; d < a.D; d += LANES) {
-    float v = MUL(pre_s[0], bf2f(__ldcg(sm + d)));
-    v = ADD(v, MUL(pre_s[1], bf2f(__ldcg(sm + a.D + d))));
-    v = ADD(v, MUL(pre_s[2], bf2f(__ldcg(sm + 2 * a.D + d))));
-    v = ADD(v, MUL(pre_s[3], bf2f(__ldcg(sm + 3 * a.D + d))));
-    a.y[(size_t)m * a.D + d] = f2bf(v);
+  if constexpr (Q > 0) {
+#pragma unroll
+    for (int q = 0; q < Q; q++) {
+      float v = MUL(pre_s[0], bf2f(sv[q][0]));
+      v = ADD(v, MUL(pre_s[1], bf2f(sv[q][1])));
+      v = ADD(v, MUL(pre_s[2], bf2f(sv[q][2])));
+      v = ADD(v, MUL(pre_s[3], bf2f(sv[q][3])));
+      a.y[(size_t)m * a.D + b * BLOCK + t + q * LANES] = f2bf(v);
+    }
+  } else {
+    for (int d = b * BLOCK + t; d < a.D; d += LANES) {
+      float v = MUL(pre_s[0], bf2f(__ldcg(sm + d)));
+      v = ADD(v, MUL(pre_s[1], bf2f(__ldcg(sm + a.D + d))));
+      v = ADD(v, MUL(pre_s[2], bf2f(__ldcg(sm + 2 * a.D + d))));
+      v = ADD(v, MUL(pre_s[3], bf2f(__ldcg(sm + 3 * a.D + d))));
+      a.y[(size_t)m * a.D + d] = f2bf(v);
+    }
   }
 }
 
-// Every thread of the grid requests a slice of step s's projection weights (every rank) into L2.
+// Every thread of the grid requests a slice of step s's projection weights (every rank) into L2, and,
+// for a boundary with its all-reduce folded in and every rank on this device, the ranks' partials it
+// folds (cycle inputs: a unit's first loads, otherwise cold HBM reads on the step's critical path).
+// A prefetch into L2 is a hint (L2 is where the device's writes meet), so it cannot change a value.
 // (blocks idx of count, or every block after its items when none is spare)
 __device__ __forceinline__ void prefetch_step(const PStep& st, int rank0, int nlocal, int idx, int count) {
   if (st.kind != 1) return;
-  const int lines = (st.nout * HC * st.mh[rank0].D * 4 + 127) / 128;
+  const MhcArgs& a0 = st.mh[rank0];
+  const int lines = (st.nout * HC * a0.D * 4 + 127) / 128;
   for (int r = 0; r < nlocal; r++) {
     const char* fn = (const char*)st.mh[rank0 + r].fn;
     for (int l = idx * BLOCK + threadIdx.x; l < lines; l += count * BLOCK)
       asm volatile("prefetch.global.L2 [%0];" :: "l"(fn + (size_t)l * 128));
+  }
+  if (!st.fused || st.flag_in) return;  // peers in other processes' memory: left to the loads
+  const int xlines = (st.rows * a0.D * (a0.ring.is_bf16 ? 2 : 4) + 127) / 128;
+  for (int q = 0; q < a0.ring.ranks; q++) {
+    const char* x = (const char*)a0.peers[q];
+    for (int l = idx * BLOCK + threadIdx.x; l < xlines; l += count * BLOCK)
+      asm volatile("prefetch.global.L2 [%0];" :: "l"(x + (size_t)l * 128));
   }
 }
 
@@ -357,21 +400,34 @@ __device__ void persistent_cycle(const PArgs& p) {
   __syncthreads();
   const u64 base = base_s;
   for (int s = 0; s <= p.nsteps; s++) {
-    if (s > 0 && !p.sync) {
-      if (s == p.skip_step && blockIdx.x == G - 1) return;
-      if (!grid_barrier(p, base + (u64)s * G, s, &ok_s)) return;
-    }
-    if (p.trace && blockIdx.x == 0 && t == 0) p.trace[s] = globaltimer();
-    u64* stp = p.detail && blockIdx.x == 0 ? p.detail + (size_t)s * 8 : nullptr;
-    stamp(stp, 0);
-    if (p.mode == 1 || s == p.nsteps && (s == 0 || p.steps[s - 1].kind != 1)) continue;
-    const PStep* st = s < p.nsteps ? p.steps + s : nullptr;
-    const PStep* pend = s > 0 && p.steps[s - 1].kind == 1 ? p.steps + s - 1 : nullptr;
+    // This step's items and its first item's arguments are read before the barrier (the table is
+    // constant over the launch): the chain of dependent loads from the step header to the argument
+    // copy overlaps the wait instead of following it.
+    const bool work = p.mode != 1 && (s < p.nsteps || s > 0 && p.steps[s - 1].kind == 1);
+    const PStep* st = work && s < p.nsteps ? p.steps + s : nullptr;
+    const PStep* pend = work && s > 0 && p.steps[s - 1].kind == 1 ? p.steps + s - 1 : nullptr;
     const int U = !st ? 0 : st->kind == 0 ? st->nunits : p.nlocal * st->rows * (LANES / BLOCK) * st->groups;
     const int F = pend ? p.nlocal * pend->rows * (LANES / BLOCK) : 0;
     // contiguous items per block: consecutive units share (rank, row), so post and comb are made once
     const int per = (U + F + (int)G - 1) / (int)G;
     const int u0 = (int)blockIdx.x * per, u1 = min(U + F, u0 + per);
+    const bool pre = u0 < u1 && (u0 >= U || st->kind == 1);  // the first item's arguments are copied now
+    if (pre && u0 < U) {
+      const int r = p.rank0 + u0 / (LANES / BLOCK) / st->groups / st->rows;
+      copy_args(&args_s[0], st->mh[r]);
+      if (st->prev >= 0) copy_args(&args_s[1], p.steps[st->prev].mh[r]);
+    } else if (pre) {
+      copy_args(&args_s[0], pend->mh[p.rank0 + (u0 - U) / (LANES / BLOCK) / pend->rows]);
+    }
+    if (s > 0 && !p.sync) {
+      if (s == p.skip_step && blockIdx.x == G - 1) return;
+      if (!grid_barrier(p, base + (u64)s * G, s, &ok_s)) return;
+    }
+    __syncthreads();  // the copies above are visible (the barrier's own, where there is one)
+    if (p.trace && blockIdx.x == 0 && t == 0) p.trace[s] = globaltimer();
+    u64* stp = p.detail && blockIdx.x == 0 ? p.detail + (size_t)s * 8 : nullptr;
+    stamp(stp, 0);
+    if (!work) continue;
     // the next step's weights into L2: by the blocks with no unit (finish items or nothing), off the
     // critical path; when every block has units, by every block after its items
     const int first_spare = per > 0 ? (U + per - 1) / per : (int)G;
@@ -395,7 +451,7 @@ __device__ void persistent_cycle(const PArgs& p) {
         rest /= st->groups;
         const int m = rest % st->rows, r = p.rank0 + rest / st->rows;
         const int key = (s * MAXR + r) * 4096 + m;
-        if (u == u0 || b == 0) {  // a new rank or row: its arguments into shared memory
+        if (u == u0 ? !pre : b == 0) {  // a new rank or row: its arguments into shared memory
           copy_args(&args_s[0], st->mh[r]);
           if (st->prev >= 0) copy_args(&args_s[1], p.steps[st->prev].mh[r]);
           __syncthreads();
@@ -406,11 +462,11 @@ __device__ void persistent_cycle(const PArgs& p) {
         const int v = u - U;
         const int b = v % (LANES / BLOCK), m = (v / (LANES / BLOCK)) % pend->rows;
         const int r = p.rank0 + v / (LANES / BLOCK) / pend->rows;
-        copy_args(&args_s[0], pend->mh[r]);
+        if (u != u0 || !pre) copy_args(&args_s[0], pend->mh[r]);
         if (p.sync) row_wait(p, *pend, r, m, s);  // (ends with the block's barrier)
         __syncthreads();
-        if (pend->op == OP_POST_HEAD) finish_item<HC>(*pend, args_s[0], m, b, sh);
-        else finish_item<24>(*pend, args_s[0], m, b, sh);
+        if (pend->op == OP_POST_HEAD) finish_item<HC, Q>(*pend, args_s[0], m, b, sh);
+        else finish_item<24, Q>(*pend, args_s[0], m, b, sh);
       }
       __syncthreads();  // shared memory is reused by the block's next unit
     }

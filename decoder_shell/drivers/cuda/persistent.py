@@ -188,7 +188,7 @@ class PersistentSession(CudaSession):
 
     def step_detail(self) -> np.ndarray:
         """One traced launch: block 0's stamps inside each step, [steps + 1][8] ns (0 where not taken):
-        0 start, 1 arguments, 2 post/comb, 3 stream values, 4 dot products, 5 partials, 6 items done."""
+        0 start, 1 first unit, 2 loads and post/comb, 3 stream values, 4 dot products, 5 partials, 6 items done."""
         n = len(self.plan) + 1
         self.cu.cuMemsetD8(self.ctl + self.detail_off, 0, 64 * n)
         self.step_times()
