@@ -14,7 +14,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 
 from ..corpus.store import Corpus
-from ..corpus.verify import verify
+from ..corpus.verify import mhc_parity, verify
 from ..geometry import Geometry, preset
 from .client import ServiceClient, parse_service_url
 from .errors import CaptureError, ServiceUnreachable, UsageError
@@ -187,14 +187,13 @@ def _verify_all(status: dict, g: Geometry) -> dict:
     for folder, inference in zip(status["corpora"], status.get("inference") or [{}] * len(status["corpora"])):
         c = Corpus.open(Path(folder))
         rep = verify(c)
-        mhc_ops = {op: p for op, p in rep["parity"].items() if op != "allreduce"}
+        mhc_exact, mhc_max_ulp = mhc_parity(rep["parity"])
         ar = rep["parity"].get("allreduce", {})
         corpora.append({
             "corpus": folder, "linked": rep["linked"], "cross_rank_exact": rep["cross_rank_exact"],
             "contract": rep["contract"], "inference": inference,
             "allreduce_exact": ar.get("exact") == ar.get("boundaries"),
-            "mhc_exact": all(p["exact"] == p["boundaries"] for p in mhc_ops.values()),
-            "mhc_max_ulp": max((p["max_ulp"] for p in mhc_ops.values()), default=0.0),
+            "mhc_exact": mhc_exact, "mhc_max_ulp": mhc_max_ulp,
             "parity": rep["parity"], "rebased": c.info.rebased, "counts": c.info.counts,
             "broken_links": rep["broken_links"], "cross_rank_mismatch": rep["cross_rank_mismatch"]})
     ranks = status.get("ranks", {})

@@ -138,8 +138,7 @@ def cmd_verify(args, console: Console) -> int:
             with status:
                 inference = infer_corpus(c)
             if args.record and inference.found:
-                c.info.collective = {"contract": inference.contract.to_json(), "how": "inferred",
-                                     "inference": inference.to_json()}
+                c.info.collective = inference.collective(c.info.contract())
         with t:
             rep = verify(c, t.hook("bind"), t.hook("parity"))
         rep["sealed"] = c.sealed
