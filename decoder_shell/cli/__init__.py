@@ -186,7 +186,7 @@ def cmd_inspect(args, console: Console) -> int:
 def cmd_replay(args, console: Console) -> int:
     from ..drivers import get_driver
     from ..replay.engine import replay
-    from ..replay.report import plot_replay, render_replay
+    from .render_replay import plot_replay, render_replay
     from ..replay.results import write_csv
     if args.epochs < 1 or args.changed < 0 or args.settle < 0:
         raise UsageError("--epochs must be >= 1, --changed and --settle >= 0")

@@ -110,7 +110,7 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
 def _report_replay(raw: dict, args: argparse.Namespace, console: Console) -> int:
     """A saved replay result: its tables (and breakdown), plot and CSV; exit 1 if it was not exact."""
     from ..replay.engine import ReplayResult
-    from ..replay.report import plot_replay, render_replay
+    from .render_replay import plot_replay, render_replay
     from ..replay.results import write_csv
     try:
         result = ReplayResult.from_json(raw)
@@ -133,7 +133,7 @@ def _report_replay(raw: dict, args: argparse.Namespace, console: Console) -> int
 
 
 def show(v: dict, as_json: bool, plot: Path | None, console: Console) -> None:
-    from ..replay.gate_report import plot_gate, render_gate
+    from .render_gate import plot_gate, render_gate
     if as_json:
         print(json.dumps(v, indent=1, sort_keys=True))
     else:
