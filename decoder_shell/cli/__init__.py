@@ -204,7 +204,7 @@ def cmd_replay(args, console: Console) -> int:
     if not args.json or args.json_out:
         render_replay(result, console)
         if result.breakdown:
-            from ..replay.breakdown import render_breakdown
+            from .render_breakdown import render_breakdown
             render_breakdown(result.breakdown, console, commands=args.verbose)
     if args.csv:
         write_csv(result.to_json(), args.csv)

@@ -119,7 +119,7 @@ def _report_replay(raw: dict, args: argparse.Namespace, console: Console) -> int
         else:
             render_replay(result, console)
             if result.breakdown:
-                from ..replay.breakdown import render_breakdown
+                from .render_breakdown import render_breakdown
                 render_breakdown(result.breakdown, console)
         if args.plot:
             plot_replay(result, args.plot)
