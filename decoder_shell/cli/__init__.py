@@ -278,9 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extensions():
     """Subcommands that live with their subsystem (gate, capture, serve-reference, report)."""
-    from ..capture import cli as capture_cli
-    from . import gate
-    return [gate.register, capture_cli.register]
+    from . import capture, gate
+    return [gate.register, capture.register]
 
 
 def main(argv=None) -> int:

@@ -1,4 +1,4 @@
-"""Subcommands of this subsystem: `shell capture` and `shell serve-reference` (found by decoder_shell.cli)."""
+"""`shell capture` and `shell serve-reference`: registered into the main parser by cli._extensions."""
 
 from __future__ import annotations
 
@@ -44,15 +44,15 @@ def register(sub) -> None:
 
 
 def _capture(args, console) -> int:
-    from .command import cmd_capture
+    from .capture_command import cmd_capture
     return cmd_capture(args, console)
 
 
 def _serve(args, console) -> int:
-    from .reference.launch import serve
-    from .reference.options import ServeOptions
+    from ..capture.reference.launch import serve
+    from ..capture.reference.options import ServeOptions
     if not 0 <= args.port <= 65535:
-        from .errors import UsageError
+        from ..capture.errors import UsageError
         raise UsageError("--port must be between 0 and 65535")
     return serve(ServeOptions(tp=args.tp, port=args.port, mhc=args.mhc, verify_rows=args.verify_rows,
                               seed=args.seed, token_file=args.token_file, capture=not args.no_capture,

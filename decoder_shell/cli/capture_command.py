@@ -16,9 +16,10 @@ from rich.table import Table
 from ..corpus.store import Corpus
 from ..corpus.verify import mhc_parity, verify
 from ..geometry import Geometry, preset
-from .client import ServiceClient, parse_service_url
-from .errors import CaptureError, ServiceUnreachable, UsageError
-from .token import default_token_file, read_token
+from ..capture.client import ServiceClient, parse_service_url
+from ..capture.errors import CaptureError, ServiceUnreachable, UsageError
+from ..capture.token import default_token_file, read_token
+from .render_verify import parity_table
 
 POLL_S = 0.1
 FINISHED = ("done", "error", "cancelled")
@@ -229,12 +230,7 @@ def _render(s: dict, console: Console) -> None:
     for c in s["corpora"]:
         inf = c["inference"]
         console.print(f"collective contract: {inf.get('description', c['contract'])}")
-        pt = Table(title=f"contract parity of {Path(c['corpus']).name} (each op recomputed from its captured inputs)")
-        for col in ("op", "boundaries", "exact", "mismatched elements", "max ulp"):
-            pt.add_column(col, justify="right")
-        for op, p in c["parity"].items():
-            pt.add_row(op, str(p["boundaries"]), str(p["exact"]), str(p["mismatched_elements"]), f"{p['max_ulp']:g}")
-        console.print(pt)
+        console.print(parity_table(c["parity"], f"contract parity of {Path(c['corpus']).name}"))
         if c["mhc_exact"]:
             console.print("mHC parity: bit-exact with the contract (replay expects the captured outputs)")
         else:
