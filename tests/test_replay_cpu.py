@@ -13,7 +13,8 @@ import pytest
 
 from decoder_shell.commands.program import build_cycle, reference
 from decoder_shell.corpus.store import Corpus
-from decoder_shell.corpus.synth import changed_inputs, synth
+from decoder_shell.commands.values import changed_inputs
+from decoder_shell.corpus.synth import synth
 from decoder_shell.drivers import get_driver
 from decoder_shell.drivers.base import POISON
 from decoder_shell.geometry import preset

@@ -226,11 +226,8 @@ class Coordinator:
                 inference = infer_corpus(Corpus(s.dir, CorpusInfo(g, collective={"probes": probes})))
                 source = {"kind": "service", **self.service, "capture": cur["capture"],
                           "captured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(cur["armed_at"]))}
-                contract = inference.contract or RingContract()
-                c = Corpus.create(s.dir, g, source, contract, how="inferred" if inference.found else "not inferred")
-                c.info.collective["inference"] = inference.to_json()
-                if probes:
-                    c.info.collective["probes"] = probes
+                c = Corpus.create(s.dir, g, source, RingContract(), how="")
+                c.info.collective = inference.collective(RingContract(), probes)
                 c.finalize()
                 record_parity(c, verify(Corpus.open(s.dir)))
                 results.append(inference.to_json())

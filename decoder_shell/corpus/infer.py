@@ -61,6 +61,16 @@ class Inference:
             return f"no ring contract is identified: {self.reason}"
         return f"no ring contract reproduces the captured collectives: {self.reason}"
 
+    def collective(self, fallback: RingContract, probes=()) -> dict:
+        """corpus.json's `collective` entry recording this inference: the contract found (else
+        `fallback`), how it was chosen, the inference itself and the probe outputs it searched.
+        One definition for `shell verify --infer --record` and the capture's finalize."""
+        entry = {"contract": (self.contract or fallback).to_json(), "how": "inferred" if self.found else "not inferred",
+                 "inference": self.to_json()}
+        if probes:
+            entry["probes"] = probes
+        return entry
+
     def to_json(self) -> dict:
         return {"found": self.found, "contract": self.contract.to_json() if self.found else None,
                 "collectives": self.collectives, "elements": self.elements, "tried": self.tried,

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from ..commands.program import Buffer, Cycle, build_cycle, reference
+from ..commands.values import random_value
 from ..contracts.allreduce import RingContract
-from ..contracts.numerics import F32
 from ..geometry import MOE_OPS, Geometry
 from . import recipe as rc
 from .publish import staged
@@ -21,22 +21,6 @@ from .store import Corpus
 MOE_SCALES = {"mxfp4": (118, 121), "fp8": (112, 114)}
 #: Tensors from this size up are stored as recipes, not blobs (corpus/recipe.py).
 RECIPE_MIN_BYTES = 1 << 20
-
-
-def random_value(rng: np.random.Generator, buf: Buffer) -> np.ndarray:
-    """A plausible value for an injected buffer: mHC params of realistic scale, or partial sums."""
-    shape = buf.shape
-    if buf.tensor == "fn":
-        v = rng.standard_normal(shape, dtype=F32) / np.float32(np.sqrt(shape[1]))
-    elif buf.tensor == "base":
-        v = rng.standard_normal(shape, dtype=F32) * np.float32(0.5)
-    elif buf.tensor == "norm_weight":
-        v = np.float32(1.0) + rng.standard_normal(shape, dtype=F32) * np.float32(0.1)
-    elif buf.tensor == "scale":
-        v = rng.uniform(0.25, 1.5, shape).astype(F32)
-    else:
-        v = rng.standard_normal(shape, dtype=F32)
-    return v.astype(buf.dtype)
 
 
 def moe_recipe(buf: Buffer, seed, rank: int) -> dict | None:
@@ -82,16 +66,6 @@ def injected_values(cyc: Cycle, seed, params_seed=None) -> list[dict[int, np.nda
         else:
             for r in range(cyc.ranks):
                 out[r][buf.id] = random_value(np.random.default_rng([*_seq(seed), r, buf.id]), buf)
-    return out
-
-
-def changed_inputs(cyc: Cycle, seed: int, epoch: int) -> list[dict[int, np.ndarray]]:
-    """New values for the input (non-param) buffers of a changed epoch."""
-    out: list[dict[int, np.ndarray]] = [{} for _ in range(cyc.ranks)]
-    for buf in cyc.injected():
-        if buf.kind == "input":
-            for r in range(cyc.ranks):
-                out[r][buf.id] = random_value(np.random.default_rng([seed, 7919, epoch, r, buf.id]), buf)
     return out
 
 

@@ -80,9 +80,15 @@ def verify(corpus: Corpus, progress=None, parity_progress=None) -> dict:
     }
 
 
+def mhc_parity(parity: dict) -> tuple[bool, float]:
+    """Whether every mHC op (all but the all-reduce) of a parity report is bit-exact, and its largest ulp."""
+    mhc = [p for op, p in parity.items() if op != "allreduce"]
+    return all(p["exact"] == p["boundaries"] for p in mhc), max((p["max_ulp"] for p in mhc), default=0.0)
+
+
 def record_parity(corpus: Corpus, report: dict) -> None:
     """Store the measured parity in corpus.json; an inexact mHC parity marks the corpus rebased."""
-    mhc_exact = all(p["exact"] == p["boundaries"] for op, p in report["parity"].items() if op != "allreduce")
+    mhc_exact, _ = mhc_parity(report["parity"])
     corpus.info.parity = {"how": "verify", "ops": report["parity"]}
     corpus.info.rebased = not mhc_exact
     corpus.save()

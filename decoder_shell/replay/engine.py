@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..commands.program import Cycle, build_cycle, reference
+from ..commands.values import changed_inputs
 from ..corpus.bind import bind, require_linked
 from ..corpus.store import Corpus
-from ..corpus.synth import changed_inputs
 from ..drivers.base import Driver, Session
 from .compare import compare_outputs
 from .results import run_block, stats

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..commands.program import Cycle, reference
+from ..commands.values import changed_inputs
 from ..corpus.store import Corpus
-from ..corpus.synth import changed_inputs
 from ..drivers.base import Driver, Session
 from ..errors import UsageError
 from .candidates import Plan

@@ -7,8 +7,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .report import fmt_ms, plot_epochs
-from .verdict import epochs_from_json
+from ..replay.verdict import epochs_from_json
+from .render_replay import fmt_ms, plot_epochs
 
 _STYLE = {"PASS": "bold green", "FAIL": "bold red", "UNTIMED": "bold yellow"}
 

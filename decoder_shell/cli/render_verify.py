@@ -21,10 +21,15 @@ def render_verify(rep: dict, console: Console) -> None:
     console.print(f"cross-rank exact: {'yes' if rep['cross_rank_exact'] else 'NO'}" +
                   ("" if rep["cross_rank_exact"] else f" (first: {rep['cross_rank_mismatch'][0]})"))
     console.print(f"collective contract: {rep['contract']}")
-    pt = Table(title="contract parity (each op recomputed from its captured inputs)")
+    console.print(parity_table(rep["parity"], "contract parity"))
+    console.print("parity: " + ("exact" if rep["parity_exact"] else "NOT exact (replay rebases after `verify --record`)"))
+
+
+def parity_table(parity: dict, title: str) -> Table:
+    """A verify report's parity per op, as `shell verify` and `shell capture` print it."""
+    pt = Table(title=f"{title} (each op recomputed from its captured inputs)")
     for c in ("op", "boundaries", "exact", "mismatched elements", "max ulp"):
         pt.add_column(c, justify="right")
-    for op, p in rep["parity"].items():
+    for op, p in parity.items():
         pt.add_row(op, str(p["boundaries"]), str(p["exact"]), str(p["mismatched_elements"]), f"{p['max_ulp']:g}")
-    console.print(pt)
-    console.print("parity: " + ("exact" if rep["parity_exact"] else "NOT exact (replay rebases after `verify --record`)"))
+    return pt

@@ -1,4 +1,4 @@
-"""`shell gate` and `shell report`: registered into the main parser by cli._extensions."""
+"""`shell gate` and `shell report`: registered into the main parser by cli._extensions (argparse and console rendering: the CLI room)."""
 
 from __future__ import annotations
 
@@ -57,10 +57,10 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
     if args.list_candidates:
         return list_candidates(get_driver(args.driver), args.json, console)
     from ..corpus.store import Corpus
-    from .candidates import make_plan
-    from .engine import prepare
-    from .gate import GateSettings, run_gate
-    from .verdict import exit_code, save_verdict
+    from ..replay.candidates import make_plan
+    from ..replay.engine import prepare
+    from ..replay.gate import GateSettings, run_gate
+    from ..replay.verdict import exit_code, save_verdict
 
     settings = GateSettings(reps=args.reps, epochs=args.epochs, changed=args.changed, settle=args.settle,
                             seed=args.seed, threshold_ms=args.threshold_ms)
@@ -86,14 +86,14 @@ def cmd_gate(args: argparse.Namespace, console: Console) -> int:
         save_verdict(v, args.out)
     show(v, args.json, args.plot, console)
     if args.csv:
-        from .results import write_csv
+        from ..replay.results import write_csv
         write_csv(v, args.csv)
     return exit_code(v)
 
 
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
-    from .results import load_result, write_csv
-    from .verdict import exit_code, load_verdict
+    from ..replay.results import load_result, write_csv
+    from ..replay.verdict import exit_code, load_verdict
     raw = load_result(args.verdict)
     if raw.get("format") == "decoder-shell-replay":
         return _report_replay(raw, args, console)
@@ -109,9 +109,9 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
 
 def _report_replay(raw: dict, args: argparse.Namespace, console: Console) -> int:
     """A saved replay result: its tables (and breakdown), plot and CSV; exit 1 if it was not exact."""
-    from .engine import ReplayResult
-    from .report import plot_replay, render_replay
-    from .results import write_csv
+    from ..replay.engine import ReplayResult
+    from .render_replay import plot_replay, render_replay
+    from ..replay.results import write_csv
     try:
         result = ReplayResult.from_json(raw)
         if args.json:
@@ -119,7 +119,7 @@ def _report_replay(raw: dict, args: argparse.Namespace, console: Console) -> int
         else:
             render_replay(result, console)
             if result.breakdown:
-                from .breakdown import render_breakdown
+                from .render_breakdown import render_breakdown
                 render_breakdown(result.breakdown, console)
         if args.plot:
             plot_replay(result, args.plot)
@@ -133,7 +133,7 @@ def _report_replay(raw: dict, args: argparse.Namespace, console: Console) -> int
 
 
 def show(v: dict, as_json: bool, plot: Path | None, console: Console) -> None:
-    from .gate_report import plot_gate, render_gate
+    from .render_gate import plot_gate, render_gate
     if as_json:
         print(json.dumps(v, indent=1, sort_keys=True))
     else:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from .atomic import write_atomic
-from .corpus import CORPUS_HELP, SHIPPED_CORPUS, default_corpus
-from .drivers import PLACEMENTS
-from .errors import MismatchError, ShellError, UsageError
+from ..atomic import write_atomic
+from ..corpus import CORPUS_HELP, SHIPPED_CORPUS, default_corpus
+from ..drivers import PLACEMENTS
+from ..errors import MismatchError, ShellError, UsageError
 
 EXIT_CODES = """exit codes:
   0  success (gate: PASS)
@@ -56,14 +56,14 @@ class VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=default, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from .about import version_text
-        from .drivers import probe
+        from ..about import version_text
+        from ..drivers import probe
         print(version_text(probe()))
         parser.exit(0)
 
 
 def add_geometry_args(p: argparse.ArgumentParser) -> None:
-    from .geometry import DRAFT_KINDS, PRESETS, REDUCE_DTYPES
+    from ..geometry import DRAFT_KINDS, PRESETS, REDUCE_DTYPES
     p.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="model geometry (default tiny)")
     p.add_argument("--tp", type=int, default=2, help="tensor-parallel ranks R (default 2)")
     p.add_argument("--verify-rows", type=int, default=2, help="rows M of the verify phase (default 2)")
@@ -77,20 +77,20 @@ def add_geometry_args(p: argparse.ArgumentParser) -> None:
 
 
 def geometry_from(args):
-    from .geometry import preset
+    from ..geometry import preset
     return preset(args.preset, tp=args.tp, verify_rows=args.verify_rows, draft_rows=args.draft_rows,
                   draft_kind=args.draft_kind, reduce_dtype=args.reduce_dtype,
                   moe_weights=getattr(args, "moe_weights", None), fused_norm=getattr(args, "fused_norm", False))
 
 
 def open_corpus(path, require_seal: bool = True):
-    from .corpus.store import Corpus
+    from ..corpus.store import Corpus
     return Corpus.open(Path(path), require_seal)
 
 
 def check_memory(corpus, what: str) -> None:
     """Refuse (one line) a replay or verify that needs more memory than the host has available."""
-    from .corpus.budget import require_memory
+    from ..corpus.budget import require_memory
     require_memory(corpus, what)
 
 
@@ -107,9 +107,9 @@ def emit_json(obj, out: Path | None = None) -> None:
 
 # --- synth -------------------------------------------------------------------------------------
 def cmd_synth(args, console: Console) -> int:
-    from .commands.program import build_cycle
-    from .contracts.allreduce import RingContract
-    from .corpus.synth import synth
+    from ..commands.program import build_cycle
+    from ..contracts.allreduce import RingContract
+    from ..corpus.synth import synth
     g = geometry_from(args)
     commands = len(build_cycle(g, RingContract()).commands)
     with args.tracker.expect("write", commands, "synth: writing boundaries") as t:
@@ -123,8 +123,8 @@ def cmd_synth(args, console: Console) -> int:
 
 # --- verify ------------------------------------------------------------------------------------
 def cmd_verify(args, console: Console) -> int:
-    from .corpus.publish import locked
-    from .corpus.verify import record_parity, verify
+    from ..corpus.publish import locked
+    from ..corpus.verify import record_parity, verify
     with locked(Path(args.corpus)) if args.record else nullcontext():
         c = open_corpus(args.corpus, require_seal=False)
         check_memory(c, "verify")
@@ -133,13 +133,12 @@ def cmd_verify(args, console: Console) -> int:
         t.expect("parity", n, "verify: recomputing every op from its captured inputs")
         inference = None
         if args.infer:
-            from .corpus.infer import infer_corpus
+            from ..corpus.infer import infer_corpus
             status = t.bar.console.status("inferring the collective contract") if t.enabled else nullcontext()
             with status:
                 inference = infer_corpus(c)
             if args.record and inference.found:
-                c.info.collective = {"contract": inference.contract.to_json(), "how": "inferred",
-                                     "inference": inference.to_json()}
+                c.info.collective = inference.collective(c.info.contract())
         with t:
             rep = verify(c, t.hook("bind"), t.hook("parity"))
         rep["sealed"] = c.sealed
@@ -147,12 +146,12 @@ def cmd_verify(args, console: Console) -> int:
             rep["inference"] = inference.to_json()
         if args.record:
             record_parity(c, rep)
-    from .replay.results import RESULT_SCHEMA, run_block
+    from ..replay.results import RESULT_SCHEMA, run_block
     rep = {"format": "decoder-shell-verify", "schema": RESULT_SCHEMA, "run": run_block("verify", c), **rep}
     if args.json:
         emit_json(rep)
     else:
-        from .replay.report_verify import render_verify
+        from .render_verify import render_verify
         render_verify(rep, console)
         if inference is not None:
             console.print(f"inferred collective contract: {inference.describe()}")
@@ -167,7 +166,7 @@ def cmd_verify(args, console: Console) -> int:
 
 # --- inspect -----------------------------------------------------------------------------------
 def cmd_inspect(args, console: Console) -> int:
-    from .corpus.inspect import inspect
+    from ..corpus.inspect import inspect
     rep = inspect(open_corpus(args.corpus))
     if args.json:
         emit_json(rep)
@@ -185,10 +184,10 @@ def cmd_inspect(args, console: Console) -> int:
 
 # --- replay ------------------------------------------------------------------------------------
 def cmd_replay(args, console: Console) -> int:
-    from .drivers import get_driver
-    from .replay.engine import replay
-    from .replay.report import plot_replay, render_replay
-    from .replay.results import write_csv
+    from ..drivers import get_driver
+    from ..replay.engine import replay
+    from .render_replay import plot_replay, render_replay
+    from ..replay.results import write_csv
     if args.epochs < 1 or args.changed < 0 or args.settle < 0:
         raise UsageError("--epochs must be >= 1, --changed and --settle >= 0")
     corpus = open_corpus(args.corpus)
@@ -205,7 +204,7 @@ def cmd_replay(args, console: Console) -> int:
     if not args.json or args.json_out:
         render_replay(result, console)
         if result.breakdown:
-            from .replay.breakdown import render_breakdown
+            from .render_breakdown import render_breakdown
             render_breakdown(result.breakdown, console, commands=args.verbose)
     if args.csv:
         write_csv(result.to_json(), args.csv)
@@ -279,9 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extensions():
     """Subcommands that live with their subsystem (gate, capture, serve-reference, report)."""
-    from .capture import cli as capture_cli
-    from .replay import gate_cli
-    return [gate_cli.register, capture_cli.register]
+    from . import capture, gate
+    return [gate.register, capture.register]
 
 
 def main(argv=None) -> int:
@@ -292,7 +290,7 @@ def main(argv=None) -> int:
     if getattr(args, "json_out", None):
         args.json = True
     console = Console(highlight=False, soft_wrap=True)
-    from .progress import Tracker
+    from ..progress import Tracker
     args.tracker = Tracker(console, quiet=args.quiet, verbose=args.verbose)
     try:
         return args.func(args, console)
@@ -326,6 +324,3 @@ def boundary_message(e: BaseException) -> str:
         return "input is nested too deeply"
     return " ".join(str(e).split())[:300] or type(e).__name__
 
-
-if __name__ == "__main__":
-    sys.exit(main())

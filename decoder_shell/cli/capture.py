@@ -1,4 +1,4 @@
-"""Subcommands of this subsystem: `shell capture` and `shell serve-reference` (found by decoder_shell.cli)."""
+"""`shell capture` and `shell serve-reference`: registered into the main parser by cli._extensions."""
 
 from __future__ import annotations
 
@@ -53,14 +53,14 @@ def register(sub) -> None:
 
 
 def _capture(args, console) -> int:
-    from .command import cmd_capture
+    from .capture_command import cmd_capture
     return cmd_capture(args, console)
 
 
 def _serve(args, console) -> int:
-    from .reference.launch import serve
-    from .errors import UsageError
-    from .reference.options import ServeOptions
+    from ..capture.errors import UsageError
+    from ..capture.reference.launch import serve
+    from ..capture.reference.options import ServeOptions
     if not 0 <= args.port <= 65535:
         raise UsageError("--port must be between 0 and 65535")
     for name in ("layers", "routed_experts"):

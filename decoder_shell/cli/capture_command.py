@@ -14,11 +14,12 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 
 from ..corpus.store import Corpus
-from ..corpus.verify import verify
+from ..corpus.verify import mhc_parity, verify
 from ..geometry import Geometry, preset
-from .client import ServiceClient, parse_service_url
-from .errors import CaptureError, ServiceUnreachable, UsageError
-from .token import default_token_file, read_token
+from ..capture.client import ServiceClient, parse_service_url
+from ..capture.errors import CaptureError, ServiceUnreachable, UsageError
+from ..capture.token import default_token_file, read_token
+from .render_verify import parity_table
 
 POLL_S = 0.1
 FINISHED = ("done", "error", "cancelled")
@@ -187,14 +188,13 @@ def _verify_all(status: dict, g: Geometry) -> dict:
     for folder, inference in zip(status["corpora"], status.get("inference") or [{}] * len(status["corpora"])):
         c = Corpus.open(Path(folder))
         rep = verify(c)
-        mhc_ops = {op: p for op, p in rep["parity"].items() if op != "allreduce"}
+        mhc_exact, mhc_max_ulp = mhc_parity(rep["parity"])
         ar = rep["parity"].get("allreduce", {})
         corpora.append({
             "corpus": folder, "linked": rep["linked"], "cross_rank_exact": rep["cross_rank_exact"],
             "contract": rep["contract"], "inference": inference,
             "allreduce_exact": ar.get("exact") == ar.get("boundaries"),
-            "mhc_exact": all(p["exact"] == p["boundaries"] for p in mhc_ops.values()),
-            "mhc_max_ulp": max((p["max_ulp"] for p in mhc_ops.values()), default=0.0),
+            "mhc_exact": mhc_exact, "mhc_max_ulp": mhc_max_ulp,
             "parity": rep["parity"], "rebased": c.info.rebased, "counts": c.info.counts,
             "broken_links": rep["broken_links"], "cross_rank_mismatch": rep["cross_rank_mismatch"]})
     ranks = status.get("ranks", {})
@@ -230,12 +230,7 @@ def _render(s: dict, console: Console) -> None:
     for c in s["corpora"]:
         inf = c["inference"]
         console.print(f"collective contract: {inf.get('description', c['contract'])}")
-        pt = Table(title=f"contract parity of {Path(c['corpus']).name} (each op recomputed from its captured inputs)")
-        for col in ("op", "boundaries", "exact", "mismatched elements", "max ulp"):
-            pt.add_column(col, justify="right")
-        for op, p in c["parity"].items():
-            pt.add_row(op, str(p["boundaries"]), str(p["exact"]), str(p["mismatched_elements"]), f"{p['max_ulp']:g}")
-        console.print(pt)
+        console.print(parity_table(c["parity"], f"contract parity of {Path(c['corpus']).name}"))
         if c["mhc_exact"]:
             console.print("mHC parity: bit-exact with the contract (replay expects the captured outputs)")
         else:
