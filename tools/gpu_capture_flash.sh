@@ -11,7 +11,7 @@
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 EXPERTS=${EXPERTS:-8}; TP=${TP:-4}; EPOCHS=${EPOCHS:-70}; CHANGED=${CHANGED:-16}
-DEVICE=${DEVICE:-cuda}; DRIVER=${DRIVER:-cuda}; LAYERS=${LAYERS:-0}   # plumbing check on a CPU: DEVICE=cpu DRIVER=cpu LAYERS=1
+DEVICE=${DEVICE:-cuda}; DRIVER=${DRIVER:-cuda}; LAYERS=${LAYERS:-}   # empty: the preset's 43; plumbing check on a CPU: DEVICE=cpu DRIVER=cpu LAYERS=1
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
 S="python3 -m decoder_shell.cli"
 W=$(mktemp -d /tmp/decoder-shell-flash.XXXXXX)
@@ -30,7 +30,7 @@ gpu --query-gpu=name,driver_version,memory.total --format=csv,noheader
 echo "== serve (TP $TP, $EXPERTS routed experts, port $PORT)"
 T0=$SECONDS
 $S serve-reference --preset dsv4-flash --tp "$TP" --device "$DEVICE" --routed-experts "$EXPERTS" \
-  --layers "$LAYERS" --port "$PORT" --token-file "$TOKEN" >"$OUT/serve.log" 2>&1 &
+  ${LAYERS:+--layers "$LAYERS"} --port "$PORT" --token-file "$TOKEN" >"$OUT/serve.log" 2>&1 &
 SVC=$!
 stop_service() { if kill -0 "$SVC" 2>/dev/null; then kill -TERM "$SVC"; wait "$SVC"; fi; }
 trap stop_service EXIT
