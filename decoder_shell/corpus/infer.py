@@ -113,31 +113,36 @@ def infer(collectives: list[Collective]) -> Inference:
     sizes = sorted({(int(np.asarray(c.inputs[0]).size), np.asarray(c.inputs[0]).dtype.itemsize) for c in cs})
     cs.sort(key=lambda c: np.asarray(c.inputs[0]).size)  # small ones reject most candidates cheaply
     tried, best = 0, (-1, None, "")
-    seen_chunking = set()
-    for seg, mcb, cpr in product(FAMILY_GRID["segments"], FAMILY_GRID["max_chunk_bytes"],
-                                 FAMILY_GRID["chunks_per_rank"]):
-        base = RingContract(chunks_per_rank=cpr, max_chunk_bytes=mcb, segments=seg)
-        key = _chunking_key(base, sizes, ranks)
-        if key in seen_chunking:
-            continue
-        seen_chunking.add(key)
-        for off, d, acc in product(offsets(ranks), FAMILY_GRID["direction"], FAMILY_GRID["accumulation"]):
-            cand = RingContract(cpr, mcb, off, d, acc, seg)
-            tried += 1
-            passed = 0
-            for c in cs:
-                if not reproduces(cand, c):
-                    break
-                passed += 1
-            if passed == len(cs):
-                return Inference(cand, len(cs), elements, tried)
-            if passed > best[0]:
-                best = (passed, cand, cs[passed].name)
+    for cand in _candidates(sizes, ranks):
+        tried += 1
+        passed = 0
+        for c in cs:
+            if not reproduces(cand, c):
+                break
+            passed += 1
+        if passed == len(cs):
+            return Inference(cand, len(cs), elements, tried)
+        if passed > best[0]:
+            best = (passed, cand, cs[passed].name)
     passed, cand, where = best
     return Inference(None, len(cs), elements, tried,
                      f"{tried} ring candidates tried; the best, {cand.describe()}, reproduces {passed} of "
                      f"{len(cs)} collectives and first differs at {where}",
                      {"contract": cand.to_json(), "reproduced": passed, "first_mismatch": where})
+
+
+def _candidates(sizes, ranks: int):
+    """The searched ring family in order, simplest first, one member per distinct chunk layout of these
+    message sizes (members that differ only in chunking knobs these sizes never reach are skipped)."""
+    seen_chunking = set()
+    for seg, mcb, cpr in product(FAMILY_GRID["segments"], FAMILY_GRID["max_chunk_bytes"],
+                                 FAMILY_GRID["chunks_per_rank"]):
+        key = _chunking_key(RingContract(chunks_per_rank=cpr, max_chunk_bytes=mcb, segments=seg), sizes, ranks)
+        if key in seen_chunking:
+            continue
+        seen_chunking.add(key)
+        for off, d, acc in product(offsets(ranks), FAMILY_GRID["direction"], FAMILY_GRID["accumulation"]):
+            yield RingContract(cpr, mcb, off, d, acc, seg)
 
 
 def behaviour_key(contract: RingContract, sizes, ranks: int) -> bytes:
@@ -163,24 +168,15 @@ def consistent(collectives: list[Collective], limit: int = 64) -> list[dict]:
     sizes = sorted({(int(np.asarray(c.inputs[0]).size), np.asarray(c.inputs[0]).dtype.itemsize) for c in cs})
     cs.sort(key=lambda c: np.asarray(c.inputs[0]).size)
     found: dict[bytes, dict] = {}
-    seen_chunking = set()
-    for seg, mcb, cpr in product(FAMILY_GRID["segments"], FAMILY_GRID["max_chunk_bytes"],
-                                 FAMILY_GRID["chunks_per_rank"]):
-        base = RingContract(chunks_per_rank=cpr, max_chunk_bytes=mcb, segments=seg)
-        key = _chunking_key(base, sizes, ranks)
-        if key in seen_chunking:
+    for cand in _candidates(sizes, ranks):
+        bkey = behaviour_key(cand, sizes, ranks)
+        if bkey in found:
+            found[bkey]["members"] += 1
             continue
-        seen_chunking.add(key)
-        for off, d, acc in product(offsets(ranks), FAMILY_GRID["direction"], FAMILY_GRID["accumulation"]):
-            cand = RingContract(cpr, mcb, off, d, acc, seg)
-            bkey = behaviour_key(cand, sizes, ranks)
-            if bkey in found:
-                found[bkey]["members"] += 1
-                continue
-            if all(reproduces(cand, c) for c in cs):
-                found[bkey] = {"contract": cand, "members": 1}
-                if len(found) >= limit:
-                    return list(found.values())
+        if all(reproduces(cand, c) for c in cs):
+            found[bkey] = {"contract": cand, "members": 1}
+            if len(found) >= limit:
+                return list(found.values())
     return list(found.values())
 
 
