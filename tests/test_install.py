@@ -73,4 +73,4 @@ def test_wheel_version_and_missing_extra(installed):
     lines = [ln for ln in s.stderr.splitlines() if ln.strip()]
     assert s.returncode == 3 and len(lines) == 1, s.stderr
     assert lines[0] == ("shell serve-reference: needs torch, which is not installed here: "
-                        "pip install 'decoder-shell[capture]'")
+                        "pip install 'decoder-shell[reference]'")

@@ -25,7 +25,10 @@ EXIT_CODES = """exit codes:
 
 
 #: The extra that provides a module a command needs, for the one-line hint when it is missing.
-EXTRAS = {"torch": "capture", "transformers": "capture", "cuda": "cuda", "dpctl": "intel"}
+# The extra that brings a missing module; the reference service needs transformers beside torch, so a
+# missing torch there names the `reference` extra (which holds both), elsewhere the torch-only `capture`.
+EXTRAS = {"torch": "capture", "transformers": "reference", "cuda": "cuda", "dpctl": "intel"}
+EXTRAS_OF_COMMAND = {"serve-reference": {"torch": "reference"}}
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -301,8 +304,9 @@ def main(argv=None) -> int:
         top = (e.name or "").split(".")[0]
         if top not in EXTRAS:
             raise
+        extra = EXTRAS_OF_COMMAND.get(args.command, {}).get(top, EXTRAS[top])
         print(f"shell {args.command}: needs {top}, which is not installed here: "
-              f"pip install 'decoder-shell[{EXTRAS[top]}]'", file=sys.stderr)
+              f"pip install 'decoder-shell[{extra}]'", file=sys.stderr)
         return 3
     except KeyboardInterrupt:
         print("shell: interrupted", file=sys.stderr)
