@@ -5,19 +5,17 @@ inferred from a few 'captured' sizes (two small ones whose chunk boundaries tell
 capture-like ones), then must reproduce gloo on held-out sizes, bit for bit, on every rank.
 """
 
-import os
-import socket
 
 import blake3
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from decoder_shell.capture.tensors import to_numpy
 from decoder_shell.contracts.allreduce import allreduce
 from decoder_shell.corpus.infer import Collective, infer
+from gloo_world import gather_from_ranks
 
 WORLD = 8
 HELD_OUT = (1, 7, 1001, 65537, 262147)
@@ -54,30 +52,13 @@ def _worker(rank, port, queue):
 
 @pytest.fixture(scope="module")
 def gloo_results():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    procs = [ctx.Process(target=_worker, args=(r, port, queue)) for r in range(WORLD)]
-    for p in procs:
-        p.start()
     expected = sum(r * len(fit_sizes(r) + HELD_OUT) for r in range(2, WORLD + 1)) * len(DTYPES)
     results = {}
-    try:
-        for _ in range(expected):
-            ranks, n, dtype, rank, digest, data = queue.get()
-            entry = results.setdefault((ranks, n, dtype), {"digests": {}, "out": None})
-            entry["digests"][rank] = digest
-            if data:
-                entry["out"] = data
-        for p in procs:
-            p.join(60)
-            assert p.exitcode == 0
-    finally:
-        for p in procs:
-            if p.is_alive():
-                os.kill(p.pid, 9)
+    for ranks, n, dtype, rank, digest, data in gather_from_ranks(_worker, WORLD, expected, join_timeout=60):
+        entry = results.setdefault((ranks, n, dtype), {"digests": {}, "out": None})
+        entry["digests"][rank] = digest
+        if data:
+            entry["out"] = data
     return results
 
 

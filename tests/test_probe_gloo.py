@@ -6,20 +6,18 @@ identified from the probe all-reduces alone (contracts/probe.py inputs, gloo's o
 reproduce gloo, bit for bit on every element, on random data of every size.
 """
 
-import os
-import socket
 
 import ml_dtypes
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from decoder_shell.capture.tensors import to_numpy, to_torch
 from decoder_shell.contracts.allreduce import RingContract, allreduce
 from decoder_shell.contracts.probe import probe_input, probe_inputs
 from decoder_shell.corpus.infer import Collective, consistent, infer
+from gloo_world import gather_from_ranks
 
 WORLD = 8
 DTYPES = {"bf16": ml_dtypes.bfloat16, "fp32": np.float32}
@@ -71,28 +69,11 @@ def _worker(rank, port, queue):
 
 @pytest.fixture(scope="module")
 def gloo():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    procs = [ctx.Process(target=_worker, args=(r, port, queue)) for r in range(WORLD)]
-    for p in procs:
-        p.start()
     expected = sum(r * len(KINDS[d, n]) for r in range(2, WORLD + 1) for d in DTYPES for n in sizes(r, d))
     out = {}
-    try:
-        for _ in range(expected):
-            ranks, dtype, n, kind, rank, data = queue.get()
-            if rank == 0:
-                out[(ranks, dtype, n, kind)] = np.frombuffer(data, dtype=DTYPES[dtype])
-        for p in procs:
-            p.join(120)
-            assert p.exitcode == 0
-    finally:
-        for p in procs:
-            if p.is_alive():
-                os.kill(p.pid, 9)
+    for ranks, dtype, n, kind, rank, data in gather_from_ranks(_worker, WORLD, expected, join_timeout=120):
+        if rank == 0:
+            out[(ranks, dtype, n, kind)] = np.frombuffer(data, dtype=DTYPES[dtype])
     return out
 
 

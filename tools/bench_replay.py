@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from decoder_shell.commands.program import build_cycle, reference  # noqa: E402
 from decoder_shell.contracts.allreduce import RingContract  # noqa: E402
@@ -35,6 +36,7 @@ from decoder_shell.corpus.synth import injected_values  # noqa: E402
 from decoder_shell.drivers import get_driver  # noqa: E402
 from decoder_shell.geometry import preset  # noqa: E402
 from decoder_shell.replay.compare import mismatches  # noqa: E402
+from torch_ring import ring_sums  # noqa: E402
 
 
 def shell_times(drv, cyc, values, expected, variants, epochs, warmup=10):
@@ -96,12 +98,9 @@ def torch_cycle_fn(cyc, values, device):
     def run():
         for cmd in cyc.commands:
             if cmd.op == "allreduce":
-                xs = [bufs[r][cmd.inputs["x"]] for r in range(R)]
+                sums = ring_sums([bufs[r][cmd.inputs["x"]] for r in range(R)])
                 for r in range(R):
-                    acc = xs[(r + 1) % R]
-                    for q in range(2, R + 1):
-                        acc = acc + xs[(r + q) % R]
-                    state[r][cmd.outputs["out"]] = acc
+                    state[r][cmd.outputs["out"]] = sums[r]
                 continue
             for r in range(R):
                 s, b = state[r], bufs[r]
