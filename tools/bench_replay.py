@@ -25,7 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,7 +35,7 @@ from decoder_shell.corpus.synth import injected_values  # noqa: E402
 from decoder_shell.drivers import get_driver  # noqa: E402
 from decoder_shell.geometry import preset  # noqa: E402
 from decoder_shell.replay.compare import mismatches  # noqa: E402
-from torch_ring import ring_sums  # noqa: E402
+from torch_baseline import cycle_runner, device_values, event_ms  # noqa: E402
 
 
 def shell_times(drv, cyc, values, expected, variants, epochs, warmup=10):
@@ -62,13 +61,7 @@ def torch_cycle_fn(cyc, values, device):
     g = cyc.geometry
     bf16 = torch.bfloat16
 
-    def t(a):
-        if a.dtype == np.float32:
-            return torch.from_numpy(np.ascontiguousarray(a)).to(device)
-        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(bf16).to(device)
-
-    R = cyc.ranks
-    bufs = [{bid: t(a) for bid, a in values[r].items()} for r in range(R)]
+    bufs = device_values(values, device)
     eps, neps, iters, hc = g.mhc.hc_eps, g.mhc.norm_eps, g.mhc.sinkhorn_iters, g.hc
 
     def mixes_of(streams, fn):
@@ -93,51 +86,32 @@ def torch_cycle_fn(cyc, values, device):
         return (post.unsqueeze(-1) * x.float().unsqueeze(1)
                 + torch.matmul(comb.transpose(-1, -2), residual.float())).to(bf16)
 
-    state = [dict() for _ in range(R)]
-
-    def run():
-        for cmd in cyc.commands:
-            if cmd.op == "allreduce":
-                sums = ring_sums([bufs[r][cmd.inputs["x"]] for r in range(R)])
-                for r in range(R):
-                    state[r][cmd.outputs["out"]] = sums[r]
-                continue
-            for r in range(R):
-                s, b = state[r], bufs[r]
-                x = s[cmd.inputs["x"]]
-                fn, base, scale = b[cmd.inputs["fn"]], b[cmd.inputs["base"]], b[cmd.inputs["scale"]]
-                if cmd.op == "mhc_pre":
-                    streams = x.to(bf16).unsqueeze(1).expand(-1, hc, -1).contiguous()
-                else:
-                    streams = hc_post(x, s[cmd.inputs["residual"]], s[cmd.inputs["post"]], s[cmd.inputs["comb"]])
-                s[cmd.outputs["streams"]] = streams
-                if cmd.op == "mhc_post_head":
-                    mixes = mixes_of(streams, fn)
-                    pre = torch.sigmoid(mixes * scale[0] + base) + eps
-                    s[cmd.outputs["y"]] = (pre.unsqueeze(-1) * streams).sum(1).to(bf16)
-                else:
-                    y, post, comb = hc_pre(streams, fn, base, scale)
-                    s[cmd.outputs["y"]], s[cmd.outputs["next_post"]], s[cmd.outputs["next_comb"]] = y, post, comb
-    return run
+    def boundary(cmd, s, b):
+        x = s[cmd.inputs["x"]]
+        fn, base, scale = b[cmd.inputs["fn"]], b[cmd.inputs["base"]], b[cmd.inputs["scale"]]
+        if cmd.op == "mhc_pre":
+            streams = x.to(bf16).unsqueeze(1).expand(-1, hc, -1).contiguous()
+        else:
+            streams = hc_post(x, s[cmd.inputs["residual"]], s[cmd.inputs["post"]], s[cmd.inputs["comb"]])
+        s[cmd.outputs["streams"]] = streams
+        if cmd.op == "mhc_post_head":
+            mixes = mixes_of(streams, fn)
+            pre = torch.sigmoid(mixes * scale[0] + base) + eps
+            s[cmd.outputs["y"]] = (pre.unsqueeze(-1) * streams).sum(1).to(bf16)
+        else:
+            y, post, comb = hc_pre(streams, fn, base, scale)
+            s[cmd.outputs["y"]], s[cmd.outputs["next_post"]], s[cmd.outputs["next_comb"]] = y, post, comb
+    return cycle_runner(cyc, bufs, boundary)[0]
 
 
 def torch_times(cyc, values, eager_reps=3, graph_reps=20):
     import torch
     dev = torch.device("cuda")
     run = torch_cycle_fn(cyc, values, dev)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def timed(fn):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end)
-
     for _ in range(2):
         run()
     torch.cuda.synchronize()
-    eager = statistics.median(timed(run) for _ in range(eager_reps)) if eager_reps else None
+    eager = statistics.median(event_ms(run) for _ in range(eager_reps)) if eager_reps else None
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -148,7 +122,7 @@ def torch_times(cyc, values, eager_reps=3, graph_reps=20):
         run()
     for _ in range(3):
         graph.replay()
-    g = statistics.median(timed(graph.replay) for _ in range(graph_reps))
+    g = statistics.median(event_ms(graph.replay) for _ in range(graph_reps))
     del graph
     torch.cuda.empty_cache()
     return eager, g

@@ -29,7 +29,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from torch_baseline import event_ms  # noqa: E402
 from decoder_shell.contracts.act_qdq import QAct, act_qdq  # noqa: E402
 from decoder_shell.contracts.expert import expert, swiglu  # noqa: E402
 from decoder_shell.contracts.moe import ExpertWeights, combine_slots, routed_slots  # noqa: E402
@@ -260,19 +262,10 @@ def torch_times(t, d, e, i, k, x, ex13, ex2, ids, rw, reps):
         h = (torch.nn.functional.silu(g) * u * RW.reshape(-1, 1, 1)).to(bf)
         return torch.bmm(qdq(h.reshape(t * k, i)).reshape(t * k, 1, i), W2[sel].transpose(1, 2)).float()
 
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def timed(fn):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end)
-
     for _ in range(3):
         eager(), gathered()
     torch.cuda.synchronize()
-    te = statistics.median(timed(eager) for _ in range(max(5, reps // 5)))
+    te = statistics.median(event_ms(eager) for _ in range(max(5, reps // 5)))
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -281,7 +274,7 @@ def torch_times(t, d, e, i, k, x, ex13, ex2, ids, rw, reps):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         gathered()
-    tg = statistics.median(timed(graph.replay) for _ in range(reps))
+    tg = statistics.median(event_ms(graph.replay) for _ in range(reps))
     return te, tg
 
 

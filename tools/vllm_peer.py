@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torch_ring import ring_sums  # noqa: E402
+from torch_baseline import cycle_runner, device_values, event_ms  # noqa: E402
 
 PATHS = ("triton", "tilelang")
 
@@ -91,61 +91,47 @@ def cycle_fn(cyc, values, device, fns: dict, path: str):
     import torch
     g = cyc.geometry
     bf16 = torch.bfloat16
-    R, hc = cyc.ranks, g.hc
+    hc = g.hc
     eps, neps, iters = g.mhc.hc_eps, g.mhc.norm_eps, g.mhc.sinkhorn_iters
 
-    def t(a):
-        if a.dtype == np.float32:
-            return torch.from_numpy(np.ascontiguousarray(a)).to(device)
-        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(bf16).to(device)
+    bufs = device_values(values, device)
 
-    bufs = [{bid: t(a) for bid, a in values[r].items()} for r in range(R)]
-    out = [dict() for _ in range(R)]
-
-    def run():
-        for cmd in cyc.commands:
-            if cmd.op == "allreduce":
-                sums = ring_sums([bufs[r][cmd.inputs["x"]] for r in range(R)])
-                for r in range(R):
-                    out[r][cmd.outputs["out"]] = sums[r]
-                continue
-            for r in range(R):
-                s, b = out[r], bufs[r]
-                x = s[cmd.inputs["x"]].to(bf16)
-                fn, base, scale = b[cmd.inputs["fn"]], b[cmd.inputs["base"]], b[cmd.inputs["scale"]]
-                o = cmd.outputs
-                if cmd.op == "mhc_pre":
-                    if path == "tilelang":
-                        st, post, comb, y = fns["pre_first"](x, fn, scale, base, neps, eps, eps, 2.0, iters)
-                    else:
-                        st = x.unsqueeze(1).expand(-1, hc, -1).contiguous()
-                        post, comb, y = fns["pre"](st, fn, scale, base, neps, eps, eps, 2.0, iters)
-                elif cmd.op == "mhc_post_pre":
-                    res = s[cmd.inputs["residual"]]
-                    pin = s[cmd.inputs["post"]].reshape(-1, hc, 1)
-                    cin = s[cmd.inputs["comb"]].reshape(-1, hc, hc)
-                    if path == "tilelang":
-                        st, post, comb, y = fns["post_pre"](x, res, pin, cin, fn, scale, base, neps, eps, eps, 2.0,
-                                                            iters)
-                    else:
-                        st = fns["post"](x, res, pin, cin)
-                        post, comb, y = fns["pre"](st, fn, scale, base, neps, eps, eps, 2.0, iters)
-                else:
-                    res = s[cmd.inputs["residual"]]
-                    pin = s[cmd.inputs["post"]].reshape(-1, hc, 1)
-                    cin = s[cmd.inputs["comb"]].reshape(-1, hc, hc)
-                    st = fns["post"](x, res, pin, cin)
-                    if path == "tilelang":
-                        y = fns["head"](st, fn, scale, base, neps, eps)
-                    else:
-                        y = torch.empty(st.shape[0], st.shape[2], dtype=bf16, device=st.device)
-                        fns["head_triton"](st, fn, scale, base, y, neps, eps)
-                    post = comb = None
-                s[o["streams"]], s[o["y"]] = st, y
-                if post is not None:
-                    s[o["next_post"]] = post.reshape(-1, hc)
-                    s[o["next_comb"]] = comb.reshape(-1, hc, hc)
-    return run, out
+    def boundary(cmd, s, b):
+        x = s[cmd.inputs["x"]].to(bf16)
+        fn, base, scale = b[cmd.inputs["fn"]], b[cmd.inputs["base"]], b[cmd.inputs["scale"]]
+        o = cmd.outputs
+        if cmd.op == "mhc_pre":
+            if path == "tilelang":
+                st, post, comb, y = fns["pre_first"](x, fn, scale, base, neps, eps, eps, 2.0, iters)
+            else:
+                st = x.unsqueeze(1).expand(-1, hc, -1).contiguous()
+                post, comb, y = fns["pre"](st, fn, scale, base, neps, eps, eps, 2.0, iters)
+        elif cmd.op == "mhc_post_pre":
+            res = s[cmd.inputs["residual"]]
+            pin = s[cmd.inputs["post"]].reshape(-1, hc, 1)
+            cin = s[cmd.inputs["comb"]].reshape(-1, hc, hc)
+            if path == "tilelang":
+                st, post, comb, y = fns["post_pre"](x, res, pin, cin, fn, scale, base, neps, eps, eps, 2.0,
+                                                    iters)
+            else:
+                st = fns["post"](x, res, pin, cin)
+                post, comb, y = fns["pre"](st, fn, scale, base, neps, eps, eps, 2.0, iters)
+        else:
+            res = s[cmd.inputs["residual"]]
+            pin = s[cmd.inputs["post"]].reshape(-1, hc, 1)
+            cin = s[cmd.inputs["comb"]].reshape(-1, hc, hc)
+            st = fns["post"](x, res, pin, cin)
+            if path == "tilelang":
+                y = fns["head"](st, fn, scale, base, neps, eps)
+            else:
+                y = torch.empty(st.shape[0], st.shape[2], dtype=bf16, device=st.device)
+                fns["head_triton"](st, fn, scale, base, y, neps, eps)
+            post = comb = None
+        s[o["streams"]], s[o["y"]] = st, y
+        if post is not None:
+            s[o["next_post"]] = post.reshape(-1, hc)
+            s[o["next_comb"]] = comb.reshape(-1, hc, hc)
+    return cycle_runner(cyc, bufs, boundary)
 
 
 def measure(cyc, values, expected, src: Path, path: str, reps: int = 20) -> dict:
@@ -176,15 +162,7 @@ def measure(cyc, values, expected, src: Path, path: str, reps: int = 20) -> dict
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         run()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for i in range(reps + 3):
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        if i >= 3:
-            times.append(start.elapsed_time(end))
+    times = [event_ms(graph.replay) for _ in range(reps + 3)][3:]
     del graph
     torch.cuda.empty_cache()
     return {"ms": statistics.median(times), "mismatches": bad, "elements": total}

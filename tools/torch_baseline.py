@@ -1,0 +1,59 @@
+"""What the torch baselines of tools/bench_replay.py and tools/vllm_peer.py share: the cycle's values as
+device tensors, the walk over its commands with the all-reduce as a torch sum in ring order, and CUDA-event
+timing. Only the mHC boundary differs between them."""
+
+import numpy as np
+
+
+def ring_sums(xs: list) -> list:
+    """[sum for rank r]: xs[r+1] + xs[r+2] + ... + xs[r+R] (indices mod R), left to right."""
+    R = len(xs)
+    sums = []
+    for r in range(R):
+        acc = xs[(r + 1) % R]
+        for q in range(2, R + 1):
+            acc = acc + xs[(r + q) % R]
+        sums.append(acc)
+    return sums
+
+
+def device_values(values, device) -> list:
+    """Per rank {buffer id: tensor}: fp32 as fp32, bf16 (numpy ml_dtypes) as torch bf16, same bits."""
+    import torch
+
+    def t(a):
+        if a.dtype == np.float32:
+            return torch.from_numpy(np.ascontiguousarray(a)).to(device)
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16).to(device)
+
+    return [{bid: t(a) for bid, a in rank.items()} for rank in values]
+
+
+def cycle_runner(cyc, bufs, boundary):
+    """(run, state): run() walks the cycle; all-reduces are ring_sums of the ranks' partials, every other
+    command is boundary(cmd, state[r], bufs[r]) per rank; state[r] maps output buffer ids to tensors."""
+    R = cyc.ranks
+    state = [dict() for _ in range(R)]
+
+    def run():
+        for cmd in cyc.commands:
+            if cmd.op == "allreduce":
+                sums = ring_sums([bufs[r][cmd.inputs["x"]] for r in range(R)])
+                for r in range(R):
+                    state[r][cmd.outputs["out"]] = sums[r]
+                continue
+            for r in range(R):
+                boundary(cmd, state[r], bufs[r])
+
+    return run, state
+
+
+def event_ms(fn) -> float:
+    """Milliseconds of fn() on the current CUDA stream between two events."""
+    import torch
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
