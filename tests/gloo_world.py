@@ -28,3 +28,17 @@ def gather_from_ranks(worker, world: int, expected: int, join_timeout: float = 1
         for p in procs:
             if p.is_alive():
                 os.kill(p.pid, 9)
+
+
+def subgroups(rank: int, port: int, world: int):
+    """In a rank process: join the `world` gloo group on the loopback port, then yield every group of
+    the first R ranks (R = 2..world) this rank belongs to, as (R, group). Every rank must create every
+    group, in the same order, so the ranks outside one still take part in creating it."""
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    for ranks in range(2, world + 1):
+        group = dist.new_group(list(range(ranks)))
+        if rank < ranks:
+            yield ranks, group

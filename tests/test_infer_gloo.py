@@ -15,7 +15,7 @@ import torch.distributed as dist
 from decoder_shell.capture.tensors import to_numpy
 from decoder_shell.contracts.allreduce import allreduce
 from decoder_shell.corpus.infer import Collective, infer
-from gloo_world import gather_from_ranks
+from gloo_world import gather_from_ranks, subgroups
 
 WORLD = 8
 HELD_OUT = (1, 7, 1001, 65537, 262147)
@@ -33,12 +33,7 @@ def _input(ranks, n, dtype, rank):
 
 
 def _worker(rank, port, queue):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
-    for ranks in range(2, WORLD + 1):
-        group = dist.new_group(list(range(ranks)))
-        if rank >= ranks:
-            continue
+    for ranks, group in subgroups(rank, port, WORLD):
         for n in fit_sizes(ranks) + HELD_OUT:
             for dtype in DTYPES:
                 x = _input(ranks, n, dtype, rank)

@@ -10,14 +10,13 @@ reproduce gloo, bit for bit on every element, on random data of every size.
 import ml_dtypes
 import numpy as np
 import pytest
-import torch
 import torch.distributed as dist
 
 from decoder_shell.capture.tensors import to_numpy, to_torch
 from decoder_shell.contracts.allreduce import RingContract, allreduce
 from decoder_shell.contracts.probe import probe_input, probe_inputs
 from decoder_shell.corpus.infer import Collective, consistent, infer
-from gloo_world import gather_from_ranks
+from gloo_world import gather_from_ranks, subgroups
 
 WORLD = 8
 DTYPES = {"bf16": ml_dtypes.bfloat16, "fp32": np.float32}
@@ -48,12 +47,7 @@ def _random(ranks, n, dtype, rank):
 
 
 def _worker(rank, port, queue):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
-    for ranks in range(2, WORLD + 1):
-        group = dist.new_group(list(range(ranks)))
-        if rank >= ranks:
-            continue
+    for ranks, group in subgroups(rank, port, WORLD):
         for dtype in DTYPES:
             for n in sizes(ranks, dtype):
                 for kind in KINDS[dtype, n]:
