@@ -35,7 +35,7 @@ from decoder_shell.corpus.synth import injected_values  # noqa: E402
 from decoder_shell.drivers import get_driver  # noqa: E402
 from decoder_shell.geometry import preset  # noqa: E402
 from decoder_shell.replay.compare import mismatches  # noqa: E402
-from torch_baseline import cycle_runner, device_values, event_ms  # noqa: E402
+from torch_baseline import cycle_runner, device_values, event_ms, graph_of  # noqa: E402
 
 
 def shell_times(drv, cyc, values, expected, variants, epochs, warmup=10):
@@ -112,14 +112,7 @@ def torch_times(cyc, values, eager_reps=3, graph_reps=20):
         run()
     torch.cuda.synchronize()
     eager = statistics.median(event_ms(run) for _ in range(eager_reps)) if eager_reps else None
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        run()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
+    graph = graph_of(run)
     for _ in range(3):
         graph.replay()
     g = statistics.median(event_ms(graph.replay) for _ in range(graph_reps))

@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from torch_baseline import event_ms  # noqa: E402
+from torch_baseline import event_ms, graph_of  # noqa: E402
 from decoder_shell.contracts.act_qdq import QAct, act_qdq  # noqa: E402
 from decoder_shell.contracts.expert import expert, swiglu  # noqa: E402
 from decoder_shell.contracts.moe import ExpertWeights, combine_slots, routed_slots  # noqa: E402
@@ -266,14 +266,7 @@ def torch_times(t, d, e, i, k, x, ex13, ex2, ids, rw, reps):
         eager(), gathered()
     torch.cuda.synchronize()
     te = statistics.median(event_ms(eager) for _ in range(max(5, reps // 5)))
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        gathered()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        gathered()
+    graph = graph_of(gathered)
     tg = statistics.median(event_ms(graph.replay) for _ in range(reps))
     return te, tg
 

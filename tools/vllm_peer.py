@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torch_baseline import cycle_runner, device_values, event_ms  # noqa: E402
+from torch_baseline import cycle_runner, device_values, event_ms, graph_of  # noqa: E402
 
 PATHS = ("triton", "tilelang")
 
@@ -154,14 +154,7 @@ def measure(cyc, values, expected, src: Path, path: str, reps: int = 20) -> dict
             w = np.ascontiguousarray(want).view(np.uint16 if want.dtype.itemsize == 2 else np.uint32)
             bad += int(np.count_nonzero(a.reshape(w.shape) != w))
             total += w.size
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        run()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
+    graph = graph_of(run)
     times = [event_ms(graph.replay) for _ in range(reps + 3)][3:]
     del graph
     torch.cuda.empty_cache()
