@@ -215,6 +215,53 @@ __device__ __forceinline__ float row_dot(const MoeLin& a, int e, int m, int n, i
   return warp_tree(acc);
 }
 
+__device__ __forceinline__ int routed_expert(const MoeLin& a, int* sid, int* picked) {
+  // Block column x serves the x-th smallest distinct expert id of the launch (grid x = min(experts,
+  // slots), from the shapes only): experts no row picked cost no block. Ids outside [0, experts)
+  // (a deleted gate's poison) are nobody's. Returns -1 where there are fewer distinct experts than
+  // block columns; a dense (shared) expert (no ids) is block column x itself. Every thread of the
+  // block calls it (it synchronizes; any block size of whole warps); sid is MOE_MAX_SLOTS ints of shared
+  // memory, picked one.
+  if (!a.ids) return blockIdx.x;
+  int slots = a.rows * a.topk;
+  for (int sl = threadIdx.x; sl < slots; sl += blockDim.x) sid[sl] = __ldg(a.ids + sl);
+  if (threadIdx.x == 0) *picked = -1;
+  __syncthreads();
+  int first[MOE_MAX_SLOTS / 32];
+#pragma unroll
+  for (int c = 0; c < MOE_MAX_SLOTS / 32; c++) {
+    int sl = c * blockDim.x + threadIdx.x, id = sl < slots ? sid[sl] : -1;
+    bool f = id >= 0 && id < a.experts;
+    for (int j = 0; j < sl && f; j++) f = sid[j] != id;
+    first[c] = f ? id : -1;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int c = 0; c < MOE_MAX_SLOTS / 32; c++) {
+    int sl = c * blockDim.x + threadIdx.x;
+    if (sl < slots) sid[sl] = first[c];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int c = 0; c < MOE_MAX_SLOTS / 32; c++) {
+    int sl = c * blockDim.x + threadIdx.x;
+    if (sl >= slots || sid[sl] < 0) continue;
+    int below = 0;
+    for (int j = 0; j < slots; j++) below += sid[j] >= 0 && sid[j] < sid[sl];
+    if (below == (int)blockIdx.x) *picked = sid[sl];
+  }
+  __syncthreads();
+  return *picked;
+}
+
+__device__ __forceinline__ float swiglu_h(float g, float u, const float* rw, int sl) {
+  // the expert's h from the fp32 values of w1 and w3 (rounded to bf16 here): clamps, silu, route weight
+  g = fminf(round_bf(g), 10.0f);
+  u = fminf(fmaxf(round_bf(u), -10.0f), 10.0f);
+  float h = MUL(psilu(g), u);
+  return rw ? MUL(__ldg(rw + sl), h) : h;
+}
+
 template <int FMT, int EPI>
 __device__ __forceinline__ void moe_linear(const MoeLin& a) {
   __shared__ float tab[TABLE_FLOATS];
@@ -223,41 +270,8 @@ __device__ __forceinline__ void moe_linear(const MoeLin& a) {
   pdl_wait();
   pdl_trigger();
   int slots = a.ids ? a.rows * a.topk : a.rows;
-  int e = blockIdx.x;
-  if (a.ids) {
-    // Block column x serves the x-th smallest distinct expert id of the launch (grid x = min(experts,
-    // slots), from the shapes only): experts no row picked cost no block. Ids outside [0, experts)
-    // (a deleted gate's poison) are nobody's.
-    for (int sl = threadIdx.x; sl < slots; sl += blockDim.x) sid[sl] = __ldg(a.ids + sl);
-    if (threadIdx.x == 0) picked = -1;
-    __syncthreads();
-    int first[MOE_MAX_SLOTS / (MOE_WARPS * 32)];
-#pragma unroll
-    for (int c = 0; c < MOE_MAX_SLOTS / (MOE_WARPS * 32); c++) {
-      int sl = c * MOE_WARPS * 32 + threadIdx.x, id = sl < slots ? sid[sl] : -1;
-      bool f = id >= 0 && id < a.experts;
-      for (int j = 0; j < sl && f; j++) f = sid[j] != id;
-      first[c] = f ? id : -1;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int c = 0; c < MOE_MAX_SLOTS / (MOE_WARPS * 32); c++) {
-      int sl = c * MOE_WARPS * 32 + threadIdx.x;
-      if (sl < slots) sid[sl] = first[c];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int c = 0; c < MOE_MAX_SLOTS / (MOE_WARPS * 32); c++) {
-      int sl = c * MOE_WARPS * 32 + threadIdx.x;
-      if (sl >= slots || sid[sl] < 0) continue;
-      int below = 0;
-      for (int j = 0; j < slots; j++) below += sid[j] >= 0 && sid[j] < sid[sl];
-      if (below == (int)blockIdx.x) picked = sid[sl];
-    }
-    __syncthreads();
-    e = picked;
-    if (e < 0) return;  // fewer distinct experts than block columns
-  }
+  int e = routed_expert(a, sid, &picked);
+  if (e < 0) return;  // fewer distinct experts than block columns
   for (int i = threadIdx.x; i < TABLE_FLOATS; i += blockDim.x) tab[i] = a.tables[i];
   __syncthreads();
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -269,13 +283,7 @@ __device__ __forceinline__ void moe_linear(const MoeLin& a) {
     if (EPI == EPI_SWIGLU) {
       float g = row_dot<FMT>(a, e, 0, n, arow, tab, tab + 256);
       float u = row_dot<FMT>(a, e, 1, n, arow, tab, tab + 256);
-      if (lane == 0) {
-        g = fminf(round_bf(g), 10.0f);
-        u = fminf(fmaxf(round_bf(u), -10.0f), 10.0f);
-        float h = MUL(psilu(g), u);
-        if (a.rw) h = MUL(__ldg(a.rw + sl), h);
-        ((bf16_t*)a.out)[(size_t)sl * a.N + n] = f2bf(h);
-      }
+      if (lane == 0) ((bf16_t*)a.out)[(size_t)sl * a.N + n] = f2bf(swiglu_h(g, u, a.rw, sl));
     } else {
       float y = row_dot<FMT>(a, e, 0, n, arow, tab, tab + 256);
       if (lane == 0) ((float*)a.out)[(size_t)sl * a.N + n] = y;

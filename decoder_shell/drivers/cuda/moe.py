@@ -25,8 +25,18 @@ PRELUDE_END = "__device__ __forceinline__ float psigmoid"
 WARPS = 8  # MOE_WARPS: output rows per block of the linear kernels
 MAX_SLOTS = 512  # MOE_MAX_SLOTS: routed slots (rows x top-k) of one linear launch
 FORMATS = {"mxfp4": 0, "fp8": 1, "bf16": 2}
+#: The expert linear kernels: "warp" (moe.cu: one warp per output row, table decode) and "spread"
+#: (moe_routed.cu: the (row, 32-group) sums spread evenly over the block, weights decoded without a
+#: table, each expert's weights read once for all its slots of a pass). Same bits, same grid.
+LINEAR_KERNELS = ("warp", "spread")
+#: What the cuda driver runs unless a gate candidate says otherwise; "spread" once an H200 run of
+#: tools/cuda_check_moe.py shows it exact and faster.
+DEFAULT_LINEAR = "warp"
+SPREAD_SMEM_FLOATS = 11008  # SP_SMEM_FLOATS of moe_routed.cu
+SPREAD_THREADS = 256  # the spread kernels' largest block
 KERNELS = ("moe_qdq", "moe_gate", "moe_combine", "moe_expand",
-           *(f"moe_{s}_{f}" for s in ("up", "down") for f in FORMATS))
+           *(f"moe_{s}_{f}" for s in ("up", "down") for f in FORMATS),
+           *(f"moe_{s}_spread_{f}" for s in ("up", "down") for f in FORMATS))
 
 
 def _bits(v) -> str:
@@ -47,7 +57,7 @@ def source() -> str:
     if at < 0:
         raise BuildError("kernels.cu no longer defines psigmoid: the MoE kernels cannot take its prelude")
     prelude = base[:base.index("\n", at) + 1]
-    return prelude + constants() + (HERE / "moe.cu").read_text()
+    return prelude + constants() + (HERE / "moe.cu").read_text() + (HERE / "moe_routed.cu").read_text()
 
 
 def build(arch: str = "sm_90") -> bytes:
@@ -92,10 +102,29 @@ def gate_launch(funcs: dict, x: int, w: int, bias: int, ids: int, wts: int, rows
                   u64(wts), C.c_int(rows), C.c_int(d), C.c_int(e), C.c_int(topk), C.c_float(route_scale), pdl=True)
 
 
+def spread_fits(k: int, mats: int) -> bool:
+    """Whether one slot's decoded activation row and group sums fit the spread kernel's shared memory."""
+    return k * (1 + mats * WARPS // 32) <= SPREAD_SMEM_FLOATS
+
+
+def spread_threads(k: int) -> int:
+    """Block size of a spread kernel: the 8 x K/32 (row, group) tasks in as few rounds as 256 threads
+    allow, spread over as few whole warps as keep that number of rounds (K = 1152: 288 tasks, two rounds
+    of 160 threads instead of 256 + 32)."""
+    tasks = WARPS * (k // 32)
+    rounds = -(-tasks // SPREAD_THREADS)
+    return 32 * -(-tasks // (32 * rounds))
+
+
 def linear_launch(funcs: dict, tables: int, stage: str, fmt: str, *, xc: int, xs: int, ids: int, rw: int, rows: int,
-                  topk: int, act_per_slot: bool, w: int, s: int, experts: int, mats: int, n: int, k: int, out: int):
-    """`stage` "up" (w1/w3 pair -> bf16 h) or "down" (-> fp32); ids 0 for a dense (shared) expert."""
+                  topk: int, act_per_slot: bool, w: int, s: int, experts: int, mats: int, n: int, k: int, out: int,
+                  kernel: str = DEFAULT_LINEAR):
+    """`stage` "up" (w1/w3 pair -> bf16 h) or "down" (-> fp32); ids 0 for a dense (shared) expert.
+    `kernel` "spread" takes the spread kernel where its shared memory holds a slot of width k (else the
+    warp kernel: same bits)."""
     from .args import Launch
+    if kernel not in LINEAR_KERNELS:
+        raise ValueError(f"expert linear kernel must be one of {LINEAR_KERNELS}, not {kernel!r}")
     if n % WARPS or k % 32:
         raise ValueError(f"linear shape {n} x {k} is off the grid ({WARPS} rows, 32 inputs)")
     if ids and rows * topk > MAX_SLOTS:
@@ -105,6 +134,9 @@ def linear_launch(funcs: dict, tables: int, stage: str, fmt: str, *, xc: int, xs
                   s=s, K=k, N=n, out=out, tables=tables, experts=experts, **st)
     # routed: block column x serves the x-th smallest distinct expert id (at most one per slot)
     columns = min(experts, rows * topk) if ids else experts
+    if kernel == "spread" and spread_fits(k, mats):
+        return Launch(funcs[f"moe_{stage}_spread_{fmt}"], (columns, n // WARPS, 1), (spread_threads(k), 1, 1), args,
+                      pdl=True)
     return Launch(funcs[f"moe_{stage}_{fmt}"], (columns, n // WARPS, 1), (WARPS * 32, 1, 1), args, pdl=True)
 
 
@@ -125,15 +157,17 @@ def expand_launch(funcs: dict, tables: int, fmt: str, codes: int, scales: int, o
 
 def expert_launches(funcs: dict, tables: int, fmt: str, *, xc: int, xs: int, ids: int, rw: int, rows: int, topk: int,
                     w13: int, s13: int, w2: int, s2: int, experts: int, width: int, d: int, h: int, hc: int, hs: int,
-                    out: int) -> list:
+                    out: int, kernel: str = DEFAULT_LINEAR) -> list:
     """One expert command (routed: ids and route weights; shared: ids = rw = 0, topk 1): w1/w3 with the
     SwiGLU epilogue into bf16 h [slots, width], act_qdq of h, w2 into fp32 [slots, d]."""
     slots = rows * (topk if ids else 1)
     return [linear_launch(funcs, tables, "up", fmt, xc=xc, xs=xs, ids=ids, rw=rw, rows=rows, topk=topk,
-                          act_per_slot=False, w=w13, s=s13, experts=experts, mats=2, n=width, k=d, out=h),
+                          act_per_slot=False, w=w13, s=s13, experts=experts, mats=2, n=width, k=d, out=h,
+                          kernel=kernel),
             qdq_launch(funcs, h, hc, hs, slots, width),
             linear_launch(funcs, tables, "down", fmt, xc=hc, xs=hs, ids=ids, rw=0, rows=rows, topk=topk,
-                          act_per_slot=True, w=w2, s=s2, experts=experts, mats=1, n=d, k=width, out=out)]
+                          act_per_slot=True, w=w2, s=s2, experts=experts, mats=1, n=d, k=width, out=out,
+                          kernel=kernel)]
 
 
 class MoeDevice:
