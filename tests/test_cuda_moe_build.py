@@ -67,3 +67,90 @@ def test_struct_layout_is_checked_by_the_compiler(tmp_path, monkeypatch):
     bad = f"static_assert(sizeof(MoeLin) == {C.sizeof(moe.MoeLin) + 8}, \"MoeLin size\");\n"
     with pytest.raises(BuildError, match="MoeLin size"):
         compile_cubin(moe.source() + bad, "sm_90", EXACT_FLAGS, name="moe.cu")
+
+
+def test_spread_kernels_fit_their_registers_without_spilling_much(tmp_path, monkeypatch, capsys):
+    """ptxas's report of every expert linear kernel (printed: registers, spills, shared memory); the
+    spread kernels must keep their static shared memory under the 48 KiB a block gets without opting in,
+    and spill at most a few bytes."""
+    nvrtc_or_skip()
+    from decoder_shell.drivers.cuda.nvrtc import resources
+    report = resources(moe.source(), "sm_90", name="moe.cu")
+    with capsys.disabled():
+        print("\nkernel                    regs  spill st/ld  smem")
+        for name in sorted(n for n in report if n.startswith(("moe_up", "moe_down"))):
+            r = report[name]
+            print(f"{name:25s} {r['registers']:4d}  {r['spill_stores']:4d}/{r['spill_loads']:<4d}   {r['smem']}")
+    for stage in ("up", "down"):
+        for fmt in moe.FORMATS:
+            r = report[f"moe_{stage}_spread_{fmt}"]
+            assert 0 < r["registers"] <= 255 and r["smem"] <= 48 * 1024
+            assert r["spill_stores"] <= 16 and r["spill_loads"] <= 16, r
+
+
+def _prmt(a: int, b: int, sel: int) -> int:
+    """PTX prmt.b32 (default mode): byte k = byte (nibble k & 7) of {b, a}, sign-replicated when bit 3."""
+    src = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
+    out = 0
+    for k in range(4):
+        nib = (sel >> (4 * k)) & 0xF
+        v = src[nib & 7]
+        out |= ((0xFF if v & 0x80 else 0) if nib & 8 else v) << (8 * k)
+    return out
+
+
+def test_spread_e2m1_byte_permutes_give_the_decode_table():
+    """The table-free E2M1 decode of moe_routed.cu (its constants read from the source, its prmt
+    sequence modelled instruction by instruction) gives ml_dtypes' value bits for all 16 nibbles in every
+    position, all 65536 16-bit nibble quadruples included."""
+    import re
+    from decoder_shell.drivers.cuda.moe import HERE
+    src = (HERE / "moe_routed.cu").read_text()
+    c = {n: int(v, 16) for n, v in re.findall(r"#define (E2M1_\w+) (0x[0-9A-F]+)u", src)}
+    sel = re.findall(r"prmt\((lo|w4), (hi|w), (0x[0-9A-F]+)u\)", src)
+    pairs = [int(s, 16) for a, _, s in sel if a == "lo"]
+    signs = [int(s, 16) for a, _, s in sel if a == "w4"]
+    assert len(pairs) == 2 and len(signs) == 2, sel
+
+    def x4(mags, sgn):
+        hi = _prmt(c["E2M1_HI0"], c["E2M1_HI1"], mags) | (sgn & 0x80808080)
+        lo = _prmt(c["E2M1_LO0"], c["E2M1_LO1"], mags)
+        out = []
+        for p in (_prmt(lo, hi, pairs[0]), _prmt(lo, hi, pairs[1])):
+            out += [(p << 16) & 0xFFFFFFFF, p & 0xFFFF0000]
+        return out
+
+    def x8(w):
+        m, w4 = w & 0x77777777, (w << 4) & 0xFFFFFFFF
+        return x4(m & 0xFFFF, _prmt(w4, w, signs[0])) + x4(m >> 16, _prmt(w4, w, signs[1]))
+
+    table = decode_tables()[256:].view(np.uint32)
+    for half in range(1 << 16):
+        for w in (half, half << 16):
+            want = [int(table[(w >> (4 * k)) & 0xF]) for k in range(8)]
+            assert x8(w) == want, hex(w)
+
+
+def test_spread_e4m3_bit_move_gives_the_decode_table():
+    """(b & 0x7F) << 20 with the sign at bit 31, times 2^120 in fp32, is ml_dtypes' E4M3 value of every
+    non-NaN code (numpy's fp32 multiply keeps subnormal inputs, as --ftz=false does)."""
+    b = np.array([x for x in range(256) if x & 0x7F != 0x7F], np.uint32)
+    enc = (((b & 0x7F) << 20) | ((b & 0x80) << 24)).astype(np.uint32).view(np.float32)
+    got = (enc * np.float32(2.0 ** 120)).view(np.uint32)
+    assert np.array_equal(got, decode_tables()[b].view(np.uint32))
+    assert int(0x7B800000) == int(np.float32(2.0 ** 120).view(np.uint32))  # the kernel's 2^120 constant
+
+
+def test_packed_products_are_exact_in_fp32():
+    """The premise of the spread kernels' fmaf: every E4M3 x E2M1 and E4M3 x E4M3 code product (all
+    non-NaN pairs) is exact in fp32 and a normal number or zero, so fmaf(q, w, acc) = acc + fl(q * w)
+    with one rounding (and the zero signs of an addition)."""
+    t = decode_tables().astype(np.float64)
+    e4 = t[[x for x in range(256) if x & 0x7F != 0x7F]]
+    for w in (t[256:], e4):
+        exact = np.multiply.outer(e4, w)
+        f32 = np.multiply.outer(e4.astype(np.float32), w.astype(np.float32))
+        assert np.array_equal(f32.astype(np.float64), exact)
+        mag = np.abs(exact[exact != 0])
+        assert mag.min() >= np.finfo(np.float32).tiny and mag.max() < 2.0 ** 18
+        assert np.array_equal(np.signbit(f32), np.signbit(exact))

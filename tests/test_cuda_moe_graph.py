@@ -108,10 +108,19 @@ def weight(cu, fmt, a, e, m, n, k):
     return QWeight(fmt, codes, load(cu, s, np.uint8, (n, k // 32) if fmt == "mxfp4" else (n // 32, k // 32)))
 
 
-def run_linear(cu, name, grid, a):
-    """moe_up_* / moe_down_* as moe.cu computes them: every slot of each expert, 8 output rows per block."""
-    stage, fmt = name.split("_")[1:]
+def run_linear(cu, name, ln):
+    """moe_up_* / moe_down_* (warp or spread kernels) as moe.cu / moe_routed.cu compute them: every slot
+    of each expert, 8 output rows per block; a spread kernel's block size is what its K asks for."""
+    grid, a = ln.grid, ln.args[0]
+    parts = name.split("_")
+    stage, fmt, spread = parts[1], parts[-1], parts[2:-1] == ["spread"]
+    assert len(parts) == (4 if spread else 3), name
     assert grid[1:] == (a.N // M.WARPS, 1) and a.N % M.WARPS == 0 and a.K % 32 == 0
+    mats = 2 if stage == "up" else 1
+    if spread:
+        assert M.spread_fits(a.K, mats) and ln.block == (M.spread_threads(a.K), 1, 1)
+    else:
+        assert ln.block == (M.WARPS * 32, 1, 1)
     slots = a.rows * a.topk if a.ids else a.rows
     ids = load(cu, a.ids, np.int32, (slots,)) if a.ids else np.zeros(slots, np.int32)
     arows = np.arange(slots) if a.act_per_slot else (np.arange(slots) // a.topk if a.ids else np.arange(slots))
@@ -161,7 +170,7 @@ def run_moe_launch(cu, name, ln):
         i = load(cu, ids, np.int32, (rows, k))
         store(cu, out, combine_slots(load(cu, slots, F32, (rows, k, d)), i, load(cu, shared, F32, (rows, d))))
     else:
-        run_linear(cu, name, ln.grid, ln.args[0])
+        run_linear(cu, name, ln)
 
 
 def interpret(sess, cu):
@@ -238,6 +247,39 @@ def test_moe_expanded_candidate_decodes_on_the_device_and_computes_the_reference
     assert bad == {}
     assert n == tp * len(experts) * (3 + 2) + tp * len(experts) // 2 * 3  # + 2 decodes per expert command
     assert {f for f in funcs if f.startswith(("moe_up", "moe_down"))} == {"moe_up_bf16", "moe_down_bf16"}
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(weights=st.sampled_from(["packed", "expanded"]), tp=st.sampled_from([1, 2]), rows=st.sampled_from([1, 5, 10]),
+       seed=st.integers(0, 2 ** 16))
+def test_moe_spread_candidate_computes_the_reference(no_builds, weights, tp, rows, seed):
+    g = preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind="dspark", moe_weights=weights)
+    cyc = build_cycle(g, RingContract())
+    experts = [c.index for c in cyc.commands if c.op in ("moe_routed", "moe_shared")]
+    cyc, n, bad, funcs = replay_on_host(g, seed, {i: "moe-spread" for i in experts})
+    assert bad == {}
+    assert n == tp * len(experts) // 2 * 9
+    fmts = ("mxfp4", "fp8") if weights == "packed" else ("bf16",)
+    assert {f for f in funcs if f.startswith(("moe_up", "moe_down"))} == \
+        {f"moe_{s}_spread_{f}" for s in ("up", "down") for f in fmts}
+
+
+def test_spread_launch_geometry():
+    """Same grid as the warp kernels; the block is the fewest whole warps that keep the fewest rounds of
+    the 8 x K/32 (row, group) tasks; a K whose slot does not fit shared memory takes the warp kernel."""
+    for k in range(32, 16384, 32):
+        threads, tasks = M.spread_threads(k), M.WARPS * k // 32
+        rounds = -(-tasks // threads)
+        assert threads % 32 == 0 and 32 <= threads <= 256 and rounds == -(-tasks // 256)
+        assert threads == 32 or -(-tasks // (threads - 32)) > rounds
+    kw = dict(xc=1, xs=2, ids=3, rw=4, rows=5, topk=3, act_per_slot=False, w=5, s=6, experts=128, mats=2, out=7)
+    funcs = {n: n for n in M.KERNELS}
+    for k, name in ((5120, "moe_up_spread_mxfp4"), (7328, "moe_up_spread_mxfp4"), (7360, "moe_up_mxfp4")):
+        spread = M.linear_launch(funcs, 0, "up", "mxfp4", n=1152, k=k, kernel="spread", **kw)
+        warp = M.linear_launch(funcs, 0, "up", "mxfp4", n=1152, k=k, kernel="warp", **kw)
+        assert spread.func == name and warp.func == "moe_up_mxfp4" and spread.grid == warp.grid == (15, 144, 1)
+    with pytest.raises(ValueError, match="expert linear kernel"):
+        M.linear_launch(funcs, 0, "up", "mxfp4", n=1152, k=5120, kernel="fast", **kw)
 
 
 def test_moe_expanded_is_refused_on_an_expanded_corpus_and_on_other_commands(no_builds):

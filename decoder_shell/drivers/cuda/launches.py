@@ -89,7 +89,8 @@ class Binder:
     def moe(self, cmd, rank: int, var: Variant) -> list[A.Launch]:
         """A MoE command's launches on one rank (docs/MOE.md): one kernel, or for the expert commands
         w1/w3 -> act_qdq(h) -> w2 through this command's scratch. Packed weights run the MXFP4 (routed)
-        or FP8 (shared) kernels, expanded ones the bf16 kernels."""
+        or FP8 (shared) kernels, expanded ones the bf16 kernels; the variant may pick the linear kernel
+        (warp or spread, same bits)."""
         g, mem, f = self.cycle.geometry, self.mem, self.funcs
         rows = g.phase(cmd.boundary.phase).rows
         d, e, k, width = g.hidden, g.moe.experts, g.moe.top_k, g.moe.width // g.ranks
@@ -110,7 +111,8 @@ class Binder:
                                  ids=t["ids"] if routed else 0, rw=t["weights"] if routed else 0, rows=rows,
                                  topk=k if routed else 1, w13=t["w13"], s13=t["s13"] if packed else 0, w2=t["w2"],
                                  s2=t["s2"] if packed else 0, experts=e if routed else 1, width=width, d=d,
-                                 h=sc["h"], hc=sc["hc"], hs=sc["hs"], out=t["slots" if routed else "y"])
+                                 h=sc["h"], hc=sc["hc"], hs=sc["hs"], out=t["slots" if routed else "y"],
+                                 kernel=var.linear or M.DEFAULT_LINEAR)
 
     def expand(self, cmd, rank: int) -> list[A.Launch]:
         """The decode of a `moe-expanded` command's packed w13 and w2 into its bf16 copies (run once after

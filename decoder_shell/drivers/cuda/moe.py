@@ -104,7 +104,7 @@ def gate_launch(funcs: dict, x: int, w: int, bias: int, ids: int, wts: int, rows
 
 def spread_fits(k: int, mats: int) -> bool:
     """Whether one slot's decoded activation row and group sums fit the spread kernel's shared memory."""
-    return k * (1 + mats * WARPS // 32) <= SPREAD_SMEM_FLOATS
+    return k + mats * WARPS * (k // 32) <= SPREAD_SMEM_FLOATS  # moe_routed.cu: K + MATS x 8 x G floats
 
 
 def spread_threads(k: int) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 from ...atomic import write_atomic
@@ -68,6 +69,13 @@ def compile_cubin(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernel
     if path.exists():
         return path.read_bytes()
 
+    cubin, _ = _compile(nvrtc, source, opts, arch, name)
+    write_atomic(path, cubin)
+    return cubin
+
+
+def _compile(nvrtc, source: str, opts: list, arch: str, name: str) -> tuple[bytes, str]:
+    """One NVRTC program: (cubin, log); a compile error is a BuildError carrying the log."""
     def check(res, what):
         if int(res[0]) != 0:
             raise BuildError(f"{name}: {what} failed: {status_name(nvrtc, res[0])}")
@@ -76,16 +84,39 @@ def compile_cubin(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernel
     prog = check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "nvrtcCreateProgram")
     try:
         res = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        size = check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        text = log.decode(errors="replace").strip("\0 \n")
         if int(res[0]) != 0:
-            size = check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-            log = b" " * size
-            nvrtc.nvrtcGetProgramLog(prog, log)
-            text = log.decode(errors="replace").strip("\0 \n").replace("\n", " | ")[:2000]
-            raise BuildError(f"{name}: NVRTC compilation failed for {arch} ({status_name(nvrtc, res[0])}): {text}")
+            raise BuildError(f"{name}: NVRTC compilation failed for {arch} ({status_name(nvrtc, res[0])}): "
+                             f"{text.replace(chr(10), ' | ')[:2000]}")
         size = check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
         cubin = b" " * size
         check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-    write_atomic(path, cubin)
-    return cubin
+    return cubin, text
+
+
+def resources(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernels.cu") -> dict[str, dict]:
+    """ptxas's report per kernel (not cached): registers, spill stores and loads (bytes), static shared
+    memory (bytes); a build error raises BuildError."""
+    nvrtc, _ = bindings()
+    _, log = _compile(nvrtc, source, [f"--gpu-architecture={arch}", *flags, "--ptxas-options=-v"], arch, name)
+    out: dict[str, dict] = {}
+    kernel = None
+    for line in log.splitlines():
+        m = re.search(r"Function properties for (\w+)", line)
+        if m:
+            kernel = out.setdefault(m.group(1), {"registers": 0, "spill_stores": 0, "spill_loads": 0, "smem": 0})
+            continue
+        if kernel is None:
+            continue
+        if m := re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line):
+            kernel["spill_stores"], kernel["spill_loads"] = int(m.group(1)), int(m.group(2))
+        if m := re.search(r"Used (\d+) registers", line):
+            kernel["registers"] = int(m.group(1))
+        if m := re.search(r"(\d+) bytes smem", line):
+            kernel["smem"] = int(m.group(1))
+    return out

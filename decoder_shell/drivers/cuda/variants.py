@@ -51,6 +51,7 @@ class Variant:
     emulated_only: bool = False  # reads peers outside the arrival protocol
     ops: tuple = ()  # Target.MOE: the MoE commands it can stand for
     expanded: bool = False  # MoE experts: packed weights decoded once on the device to bf16
+    linear: str = ""  # MoE experts: the expert linear kernel (drivers/cuda/moe.LINEAR_KERNELS); "" the default
 
     @property
     def builds_kernel(self) -> bool:
@@ -88,6 +89,11 @@ _ALL = [
     Variant("moe-expanded", "MoE expert commands on bf16 weights decoded once on the device from the corpus's packed "
             "codes and scales (untimed): expanded vs packed experts on one corpus (select: experts)", Target.MOE,
             ops=EXPERT_OPS, expanded=True),
+    Variant("moe-spread", "MoE expert commands on the spread linear kernels (moe_routed.cu: group sums spread over "
+            "the block, table-free weight decode; same bits) (select: experts)", Target.MOE, ops=EXPERT_OPS,
+            linear="spread"),
+    Variant("moe-warp", "MoE expert commands on the warp-per-row linear kernels (moe.cu; same bits) "
+            "(select: experts)", Target.MOE, ops=EXPERT_OPS, linear="warp"),
 ]
 VARIANTS: dict[str, Variant] = {v.name: v for v in _ALL}
 BASELINE = VARIANTS["baseline"]
