@@ -304,3 +304,38 @@ def test_mhc_variants_are_refused_on_moe_commands(no_builds):
     idx = next(c.index for c in cyc.commands if c.op == "moe_routed")
     with pytest.raises(UsageError, match="mHC implementation"):
         CudaSession(SimpleNamespace(cu=HostMemoryDriver(), arch="sm_90", sm=90), cyc, {idx: "fused-m2"})
+
+
+def test_cuda_check_moe_exactness_pass_on_the_interpreter(no_builds):
+    """tools/cuda_check_moe.py's exactness pass (whole MoE cases and the linears alone on gate-less
+    operands, both linear kernels, packed and expanded) with its launches run by this interpreter: the
+    tool's buffers, launches and contract expectations agree on every element, and a kernel that skipped
+    its output would show (outputs start poisoned)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import cuda_check_moe as chk
+
+    cu = HostMemoryDriver()
+
+    class InterpretedDevice(M.MoeDevice):
+        def launch(self, launches, stream):
+            for ln in launches:
+                run_moe_launch(cu, ln.func, ln)
+
+    dev = InterpretedDevice(cu, "sm_90")
+    rng = np.random.default_rng(3)
+    counts: dict = {}
+    for (t, d, e, i), concentrate in (((5, 64, 8, 64), True), ((3, 128, 4, 64), False)):
+        r, sh = chk.rand_weights(rng, e, i, d)
+        gw = to_bf16(rng.standard_normal((e, d)) / np.sqrt(d))
+        gb = (rng.standard_normal(e) * 0.1).astype(F32)
+        ex = chk.expanded_stacks(r, sh)
+        dw = chk.upload_weights(dev, r, sh, gw, gb, ex)
+        chk.check_case(dev, cu, None, rng, t, d, e, i, counts, (r, sh, gw, gb, dw))
+        chk.check_linears(dev, cu, None, rng, t, d, e, i, counts, (r, sh, ex, dw), concentrate)
+    assert counts and {n: c for n, c in counts.items() if c[1]} == {}
+    for kern in chk.KERNELS:
+        for name in (f"routed up h (mxfp4, {kern})", f"linear down slots (bf16, {kern}, concentrated ids)",
+                     f"shared linear up h (fp8, {kern})", f"shared expert (bf16, {kern})"):
+            assert counts[name][0] > 0, name

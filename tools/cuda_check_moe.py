@@ -3,10 +3,14 @@
 1. exactness: random cases (rows, hidden, experts, expert width, formats; values over many binades);
    every kernel's output against its numpy contract, counting mismatching elements per kernel:
    act_qdq (codes, scales), gate (ids, route weights), routed up (bf16 h) and down (fp32 slots) for
-   packed MXFP4 and expanded bf16 weights, shared expert (FP8 packed, bf16 expanded), combine.
+   packed MXFP4 and expanded bf16 weights, shared expert (FP8 packed, bf16 expanded), combine; the
+   expert linears with both kernels (warp: moe.cu, spread: moe_routed.cu), also alone on operands no
+   gate makes (random codes with +-0 and all -0.0 groups, scales over 130 binades, ids repeated within
+   rows and concentrated on three experts so that one expert serves many slots over several passes). Outputs start
+   poisoned.
 2. figures at the DeepSeek-V4.1 draft shape (hidden 5120, 128 experts, top-3, expert width 1152 per TP2
    rank): the routed-expert command (up -> act_qdq(h) -> down, SLOT mode) at T = 5, 10, 20, 32 as a CUDA
-   graph, next to the HBM time of the expert bytes it must read (unique experts x bytes per expert, at
+   graph, with the warp and the spread linear kernels, next to the HBM time of the expert bytes it must read (unique experts x bytes per expert, at
    the device-to-device copy bandwidth measured in the same run), and torch eager (per-expert loop, as
    the official model) and torch CUDA graph (gathered batched matmul) of the same MoE on expanded bf16
    weights. CUDA events, warm-up, medians.
@@ -20,6 +24,7 @@ fails to build or run.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -44,6 +49,7 @@ from decoder_shell.errors import ShellError  # noqa: E402
 from decoder_shell.replay.compare import mismatches  # noqa: E402
 
 U8, I32 = np.uint8, np.int32
+KERNELS = ("warp", "spread")  # drivers/cuda/moe.LINEAR_KERNELS: both checked and timed in every run
 
 
 def rand_act(rng, t, k, spread=4.0):
@@ -116,25 +122,25 @@ class Moe:
         dev, t, d = self.dev, self.t, self.d
         return [dev.qdq(self.x, self.xc, self.xs, t, d), dev.gate(self.x, self.gw, self.gb, self.ids, self.rw, t, d, self.e, self.k)]
 
-    def routed(self, fmt="mxfp4"):
+    def routed(self, fmt="mxfp4", kernel="warp"):
         dev, t, d, e, i, k = self.dev, self.t, self.d, self.e, self.i, self.k
         w13, s13 = (self.w["w13"], self.w["s13"]) if fmt == "mxfp4" else (self.xw["w13"], 0)
         w2, s2 = (self.w["w2"], self.w["s2"]) if fmt == "mxfp4" else (self.xw["w2"], 0)
         return [dev.linear("up", fmt, xc=self.xc, xs=self.xs, ids=self.ids, rw=self.rw, rows=t, topk=k, act_per_slot=False,
-                           w=w13, s=s13, experts=e, mats=2, n=i, k=d, out=self.h),
+                           w=w13, s=s13, experts=e, mats=2, n=i, k=d, out=self.h, kernel=kernel),
                 dev.qdq(self.h, self.hc, self.hs, t * k, i),
                 dev.linear("down", fmt, xc=self.hc, xs=self.hs, ids=self.ids, rw=0, rows=t, topk=k, act_per_slot=True,
-                           w=w2, s=s2, experts=e, mats=1, n=d, k=i, out=self.slots)]
+                           w=w2, s=s2, experts=e, mats=1, n=d, k=i, out=self.slots, kernel=kernel)]
 
-    def shared(self, fmt="fp8"):
+    def shared(self, fmt="fp8", kernel="warp"):
         dev, t, d, i = self.dev, self.t, self.d, self.i
         w13, s13 = (self.sh["w13"], self.sh["s13"]) if fmt == "fp8" else (self.xw["sh13"], 0)
         w2, s2 = (self.sh["w2"], self.sh["s2"]) if fmt == "fp8" else (self.xw["sh2"], 0)
         return [dev.linear("up", fmt, xc=self.xc, xs=self.xs, ids=0, rw=0, rows=t, topk=1, act_per_slot=False,
-                           w=w13, s=s13, experts=1, mats=2, n=i, k=d, out=self.hsh),
+                           w=w13, s=s13, experts=1, mats=2, n=i, k=d, out=self.hsh, kernel=kernel),
                 dev.qdq(self.hsh, self.hshc, self.hshs, t, i),
                 dev.linear("down", fmt, xc=self.hshc, xs=self.hshs, ids=0, rw=0, rows=t, topk=1, act_per_slot=True,
-                           w=w2, s=s2, experts=1, mats=1, n=d, k=i, out=self.ysh)]
+                           w=w2, s=s2, experts=1, mats=1, n=d, k=i, out=self.ysh, kernel=kernel)]
 
     def combine(self):
         return [self.dev.combine(self.slots, self.ysh, self.ids, self.out, self.t, self.k, self.d)]
@@ -153,15 +159,17 @@ def check_case(dev, cu, stream, rng, t, d, e, i, counts, weights=None):
     want = expected(x, r, sh, gw, gb, k)
     m = Moe(dev, t, d, e, i, k, dw)
     cu.cuMemcpyHtoD(m.x, x.view(np.uint16).ctypes.data, x.nbytes)
-    for fmt_r, fmt_s in (("mxfp4", "fp8"), ("bf16", "bf16")):
-        dev.launch(m.front() + m.routed(fmt_r) + m.shared(fmt_s) + m.combine(), stream)
+    for (fmt_r, fmt_s), kern in itertools.product((("mxfp4", "fp8"), ("bf16", "bf16")), KERNELS):
+        for p, n in ((m.h, t * k * i * 2), (m.slots, t * k * d * 4), (m.ysh, t * d * 4), (m.out, t * d * 4)):
+            cu.cuMemsetD8Async(p, 0xFF, n, stream)  # poison: an output a kernel leaves unwritten differs
+        dev.launch(m.front() + m.routed(fmt_r, kern) + m.shared(fmt_s, kern) + m.combine(), stream)
         cu.cuStreamSynchronize(stream)
         got = {
             "act_qdq codes": dev.download(m.xc, (t, d), U8), "act_qdq scales": dev.download(m.xs, (t, d // 32), U8),
             "gate ids": dev.download(m.ids, (t, k), I32), "gate weights": dev.download(m.rw, (t, k), F32),
-            f"routed up h ({fmt_r})": dev.download(m.h, (t * k, i), np.uint16),
-            f"routed down slots ({fmt_r})": dev.download(m.slots, (t, k, d), F32),
-            f"shared expert ({fmt_s})": dev.download(m.ysh, (t, d), F32),
+            f"routed up h ({fmt_r}, {kern})": dev.download(m.h, (t * k, i), np.uint16),
+            f"routed down slots ({fmt_r}, {kern})": dev.download(m.slots, (t, k, d), F32),
+            f"shared expert ({fmt_s}, {kern})": dev.download(m.ysh, (t, d), F32),
             "combine": dev.download(m.out, (t, d), F32),
         }
         for name, g in got.items():
@@ -170,6 +178,70 @@ def check_case(dev, cu, stream, rng, t, d, e, i, counts, weights=None):
             c[0] += int(g.size)
             c[1] += mismatches(g, w)
     return m
+
+
+def rand_codes(rng, rows, k):
+    """act_qdq-shaped operands without a gate: E4M3 codes (no NaN; a tenth +-0, some whole groups -0.0,
+    so group sums of -0.0 products occur) and E8M0 scales over many binades (exponents -67..63)."""
+    c = rng.integers(0, 254, (rows, k), dtype=U8)
+    c = (c + (c >= 0x7F)).astype(U8)
+    zero = rng.random((rows, k)) < 0.1
+    c[zero] = rng.choice(np.array([0x00, 0x80], U8), int(zero.sum()))
+    c.reshape(rows, k // 32, 32)[rng.random((rows, k // 32)) < 0.05] = 0x80
+    return c, rng.integers(60, 191, (rows, k // 32), dtype=U8)
+
+
+def check_linears(dev, cu, stream, rng, t, d, e, i, counts, weights, concentrate):
+    """The expert linears alone (both kernels, packed and expanded weights) on operands no gate makes:
+    ids drawn with repeats (concentrate: all T x 3 slots on experts 0..2, so one expert serves many slots
+    over several passes, ids repeated within a row too), random codes and scales, each against the
+    contract per expert: up -> bf16 h, down -> fp32 slots; the shared expert's (dense) linears likewise."""
+    r, sh, expanded, dw = weights
+    k = min(3, e)
+    m = Moe(dev, t, d, e, i, k, dw)
+    ids = rng.integers(0, min(e, 3) if concentrate else e, (t, k)).astype(I32)
+    rw = rng.uniform(-2.0, 2.0, (t, k)).astype(F32)
+    xc, xs = rand_codes(rng, t, d)
+    hc, hs = rand_codes(rng, t * k, i)
+    shc, shs = rand_codes(rng, t, i)
+    for ptr, v in ((m.xc, xc), (m.xs, xs), (m.ids, ids), (m.rw, rw), (m.hc, hc), (m.hs, hs), (m.hshc, shc),
+                   (m.hshs, shs)):
+        cu.cuMemcpyHtoD(ptr, np.ascontiguousarray(v).ctypes.data, v.nbytes)
+    ex13, ex2, sh13, sh2 = expanded
+    packed, shp = experts_of(r), shared_of(sh)
+    flat, frw = ids.reshape(-1), rw.reshape(-1)
+    for fmt in ("packed", "expanded"):
+        w1 = (lambda j: packed[j].w1) if fmt == "packed" else (lambda j: ex13[j, 0])
+        w3 = (lambda j: packed[j].w3) if fmt == "packed" else (lambda j: ex13[j, 1])
+        w2 = (lambda j: packed[j].w2) if fmt == "packed" else (lambda j: ex2[j])
+        want_h, want_y = np.zeros((t * k, i), np.uint16), np.zeros((t * k, d), F32)
+        for j in np.unique(flat):
+            sl = np.nonzero(flat == j)[0]
+            sub = QAct(xc[sl // k], xs[sl // k])
+            want_h[sl] = to_bf16(swiglu(linear(sub, w1(j)), linear(sub, w3(j)), frw[sl])).view(np.uint16)
+            want_y[sl] = linear(QAct(hc[sl], hs[sl]), w2(j), "float32")
+        xq, hq = QAct(xc, xs), QAct(shc, shs)
+        s1, s3, s2 = (shp.w1, shp.w3, shp.w2) if fmt == "packed" else (sh13[0], sh13[1], sh2)
+        want_sh_h = to_bf16(swiglu(linear(xq, s1), linear(xq, s3))).view(np.uint16)
+        want_sh_y = linear(hq, s2, "float32")
+        fr, fs = ("mxfp4", "fp8") if fmt == "packed" else ("bf16", "bf16")
+        for kern in KERNELS:
+            up, _, down = m.routed(fr, kern)
+            sup, _, sdown = m.shared(fs, kern)
+            for p, n in ((m.h, t * k * i * 2), (m.slots, t * k * d * 4), (m.hsh, t * i * 2), (m.ysh, t * d * 4)):
+                cu.cuMemsetD8Async(p, 0xFF, n, stream)
+            dev.launch([up, down, sup, sdown], stream)
+            cu.cuStreamSynchronize(stream)
+            tag = f"{fr}, {kern}, {'concentrated' if concentrate else 'random'} ids"
+            for name, got, want in ((f"linear up h ({tag})", dev.download(m.h, (t * k, i), np.uint16), want_h),
+                                    (f"linear down slots ({tag})", dev.download(m.slots, (t * k, d), F32), want_y),
+                                    (f"shared linear up h ({fs}, {kern})", dev.download(m.hsh, (t, i), np.uint16),
+                                     want_sh_h),
+                                    (f"shared linear down ({fs}, {kern})", dev.download(m.ysh, (t, d), F32),
+                                     want_sh_y)):
+                c = counts.setdefault(name, [0, 0])
+                c[0] += int(got.size)
+                c[1] += mismatches(got, want)
 
 
 def expected(x, r, sh, gw, gb, k):
@@ -304,7 +376,13 @@ def main():
         t, d, e, i = shapes[c] if c < len(shapes) else (
             int(rng.integers(1, 33)), 32 * int(rng.integers(1, 33)), int(rng.choice([1, 3, 8, 32, 128])),
             64 * int(rng.integers(1, 9)))
-        check_case(dev, cu, stream, rng, t, d, e, i, counts)
+        r, sh = rand_weights(rng, e, i, d)
+        gw = to_bf16(rng.standard_normal((e, d)) / np.sqrt(d))
+        gb = (rng.standard_normal(e) * 0.1).astype(F32)
+        ex = expanded_stacks(r, sh)
+        dw = upload_weights(dev, r, sh, gw, gb, ex)
+        check_case(dev, cu, stream, rng, t, d, e, i, counts, (r, sh, gw, gb, dw))
+        check_linears(dev, cu, stream, rng, t, d, e, i, counts, (r, sh, ex, dw), concentrate=c % 2 == 1)
         dev.reset()
     d, e, i, k = 5120, 128, 1152, 3
     r, sh = rand_weights(rng, e, i, d)
@@ -313,6 +391,8 @@ def main():
     expanded = expanded_stacks(r, sh)
     dw = upload_weights(dev, r, sh, gw, gb, expanded)
     check_case(dev, cu, stream, rng, 5, d, e, i, counts, (r, sh, gw, gb, dw))  # the draft's own shape
+    for t, conc in ((10, False), (12, True)):  # 30 slots on ~28 experts; 36 slots on 3 experts (several passes)
+        check_linears(dev, cu, stream, rng, t, d, e, i, counts, (r, sh, expanded, dw), concentrate=conc)
     bad = sum(c[1] for c in counts.values())
 
     bw = copy_bandwidth(cu, stream, dev)
@@ -328,11 +408,14 @@ def main():
         rw = dev.download(m.rw, (t, k), F32)
         uniq = len(np.unique(ids))
         row = {"T": t, "unique experts": uniq}
-        for fmt in ("mxfp4", "bf16"):
-            ms = graph_time(cu, stream, dev, m.routed(fmt), args.reps)
+        for fmt in ("mxfp4", "bf16"):  # the two linear kernels timed back to back, same buffers
             hbm = uniq * per_expert[fmt] / bw * 1e3
-            row[f"{fmt} ms"], row[f"{fmt} HBM ms"], row[f"{fmt} / HBM"] = ms, hbm, ms / hbm
-        row["shared fp8 ms"] = graph_time(cu, stream, dev, m.shared("fp8"), args.reps)
+            row[f"{fmt} HBM ms"] = hbm
+            for kern in KERNELS:
+                ms = graph_time(cu, stream, dev, m.routed(fmt, kern), args.reps)
+                row[f"{fmt} {kern} ms"], row[f"{fmt} {kern} / HBM"] = ms, ms / hbm
+        for kern in KERNELS:
+            row[f"shared fp8 {kern} ms"] = graph_time(cu, stream, dev, m.shared("fp8", kern), args.reps)
         row["front (qdq+gate) ms"] = graph_time(cu, stream, dev, m.front(), args.reps)
         if not args.no_torch:
             try:
