@@ -5,7 +5,9 @@
 #  2. replay of a dsv41-draft corpus (TP2, MTP1, T=5, packed) and the gate of its expert commands on bf16
 #     weights decoded on the device (candidate experts=moe-expanded) against the packed baseline: both exact,
 #     and the time the expanded form saves or costs per cycle;
-#  3. tools/cuda_check_moe.py with few cases: every MoE kernel against its contract and the routed-expert
+#  3. the gate of the same corpus's expert commands on the spread linear kernels (experts=moe-spread) against
+#     the warp kernels: exact, and the time per cycle;
+#  4. tools/cuda_check_moe.py with few cases: every MoE kernel against its contract and the routed-expert
 #     figure table (T = 5, 10, 20, 32 vs the HBM time of the expert bytes, torch eager and CUDA graph).
 # Usage: OUT=dir bash tools/gpu_moe.sh [--with-expanded-dsv41]   (the option adds a dsv41 expanded corpus:
 # minutes more of host work and over 15 GB of host memory for its synth). Logs and JSON land in $OUT; a
@@ -42,6 +44,10 @@ timeout 300 $S gate "$T/dsv41-packed" --driver cuda --placement emulated --candi
   --epochs 20 --changed 1 --reps 3 -q --out "$OUT/gate-moe-expanded.json" >"$OUT/gate-moe-expanded.log" 2>&1
 rc=$?
 summary+=("| gate dsv41 experts=moe-expanded | rc=$rc | $(grep -E 'PASS|FAIL|UNTIMED|verdict' "$OUT/gate-moe-expanded.log" | head -2 | tr '\n' ' ') |")
+timeout 300 $S gate "$T/dsv41-packed" --driver cuda --placement emulated --candidate experts=moe-spread \
+  --epochs 20 --changed 1 --reps 3 -q --out "$OUT/gate-moe-spread.json" >"$OUT/gate-moe-spread.log" 2>&1
+rc=$?
+summary+=("| gate dsv41 experts=moe-spread | rc=$rc | $(grep -E 'PASS|FAIL|UNTIMED|verdict' "$OUT/gate-moe-spread.log" | head -2 | tr '\n' ' ') |")
 timeout 300 python3 tools/cuda_check_moe.py --cases 6 --reps 20 --json "$OUT/moe-check.json" >"$OUT/moe-check.log" 2>&1
 rc=$?
 [ $rc -eq 0 ] || rc_all=1
@@ -49,5 +55,6 @@ echo "| step | exit | result | |"; echo "|---|---|---|---|"
 printf '%s\n' "${summary[@]}"
 echo; echo "cuda_check_moe (rc=$rc):"; cat "$OUT/moe-check.log"
 echo; echo "gate (dsv41, packed baseline vs experts=moe-expanded):"; tail -25 "$OUT/gate-moe-expanded.log"
+echo; echo "gate (dsv41, warp-kernel baseline vs experts=moe-spread):"; tail -25 "$OUT/gate-moe-spread.log"
 rm -rf "$T"
 exit $rc_all
