@@ -119,6 +119,7 @@ def run_linear(cu, name, ln):
     mats = 2 if stage == "up" else 1
     if spread:
         assert M.spread_fits(a.K, mats) and ln.block == (M.spread_threads(a.K), 1, 1)
+        assert ln.shared == M.spread_shared_bytes(a.K, mats) <= 48 * 1024
     else:
         assert ln.block == (M.WARPS * 32, 1, 1)
     slots = a.rows * a.topk if a.ids else a.rows

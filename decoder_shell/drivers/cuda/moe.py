@@ -102,9 +102,19 @@ def gate_launch(funcs: dict, x: int, w: int, bias: int, ids: int, wts: int, rows
                   u64(wts), C.c_int(rows), C.c_int(d), C.c_int(e), C.c_int(topk), C.c_float(route_scale), pdl=True)
 
 
+SPREAD_MAX_BATCH = 4  # SP_MAX_BATCH of moe_routed.cu: an expert's slots per pass
+
+
 def spread_fits(k: int, mats: int) -> bool:
     """Whether one slot's decoded activation row and group sums fit the spread kernel's shared memory."""
     return k + mats * WARPS * (k // 32) <= SPREAD_SMEM_FLOATS  # moe_routed.cu: K + MATS x 8 x G floats
+
+
+def spread_shared_bytes(k: int, mats: int) -> int:
+    """The spread kernel's dynamic shared memory: as many slots per pass (up to SP_MAX_BATCH) as
+    SP_SMEM_FLOATS holds, the formula the kernel computes its pass size with."""
+    per_slot = k + mats * WARPS * (k // 32)
+    return 4 * min(SPREAD_MAX_BATCH, SPREAD_SMEM_FLOATS // per_slot) * per_slot
 
 
 def spread_threads(k: int) -> int:
@@ -136,7 +146,7 @@ def linear_launch(funcs: dict, tables: int, stage: str, fmt: str, *, xc: int, xs
     columns = min(experts, rows * topk) if ids else experts
     if kernel == "spread" and spread_fits(k, mats):
         return Launch(funcs[f"moe_{stage}_spread_{fmt}"], (columns, n // WARPS, 1), (spread_threads(k), 1, 1), args,
-                      pdl=True)
+                      shared=spread_shared_bytes(k, mats), pdl=True)
     return Launch(funcs[f"moe_{stage}_{fmt}"], (columns, n // WARPS, 1), (WARPS * 32, 1, 1), args, pdl=True)
 
 

@@ -28,7 +28,7 @@
 // weights keep MUL then ADD: there the activation is q * s_a and the product's range depends on the
 // corpus's scales, so exactness of the product is not provable from the kernel's inputs.
 
-#define SP_SMEM_FLOATS 11008  // shared fp32 for the decoded activation rows and the group sums of a pass
+#define SP_SMEM_FLOATS 11008  // at most this many fp32 of dynamic shared memory: decoded rows and group sums
 #define SP_MAX_BATCH 4        // slots of one expert per pass (weights read once for all of them)
 
 __device__ __forceinline__ unsigned prmt(unsigned a, unsigned b, unsigned sel) {
@@ -122,7 +122,8 @@ __device__ __forceinline__ float spread_step(float acc, float x, float w, bool f
 template <int FMT, int EPI>
 __device__ __forceinline__ void moe_spread(const MoeLin& a) {
   constexpr int MATS = EPI == EPI_SWIGLU ? 2 : 1;
-  __shared__ __align__(16) float sm[SP_SMEM_FLOATS];
+  extern __shared__ float4 sp_dynamic[];  // batch x (K + MATS x 8 x K/32) fp32, sized by the launch
+  float* sm = (float*)sp_dynamic;
   __shared__ int sid[MOE_MAX_SLOTS];
   __shared__ int picked, nmine;
   pdl_wait();
@@ -145,8 +146,8 @@ __device__ __forceinline__ void moe_spread(const MoeLin& a) {
   }
   __syncthreads();
   const int K = a.K, G = K >> 5, tasks = MOE_WARPS * G, words = K >> 2, nm = nmine;
-  // slots per pass: the decoded rows [batch][K] and the group sums [batch][MATS][8][G] fit (the launch
-  // checks that one slot does)
+  // slots per pass: the decoded rows [batch][K] and the group sums [batch][MATS][8][G] in the dynamic
+  // shared memory the launch gives (moe.py spread_batch: the same formula; at least one slot)
   const int batch = min(SP_MAX_BATCH, SP_SMEM_FLOATS / (K + MATS * tasks));
   float* act = sm;
   float* part = sm + batch * K;
