@@ -95,7 +95,7 @@ def test_spread_constants_match_the_kernel_source():
     src = (moe.HERE / "moe_routed.cu").read_text()
     assert int(re.search(r"#define SP_SMEM_FLOATS (\d+)", src).group(1)) == moe.SPREAD_SMEM_FLOATS
     assert int(re.search(r"#define SP_MAX_BATCH (\d+)", src).group(1)) == moe.SPREAD_MAX_BATCH
-    assert "__launch_bounds__(256)" in src and moe.SPREAD_THREADS == 256
+    assert "__launch_bounds__(256, MIN_BLOCKS)" in src and moe.SPREAD_THREADS == 256
     assert moe.spread_shared_bytes(5120, 2) == 4 * 7680 and moe.spread_shared_bytes(1152, 1) == 4 * 4 * 1440
 
 

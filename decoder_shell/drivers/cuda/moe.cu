@@ -11,6 +11,7 @@
 
 #define MOE_WARPS 8
 #define MOE_MAX_SLOTS 512  // routed slots (rows x top-k) of one launch
+#define MOE_ID_WORDS 128   // bitmap words of the expert ids present: at most 4096 experts
 #define FMT_MXFP4 0
 #define FMT_FP8 1
 #define FMT_BF16 2
@@ -215,40 +216,44 @@ __device__ __forceinline__ float row_dot(const MoeLin& a, int e, int m, int n, i
   return warp_tree(acc);
 }
 
-__device__ __forceinline__ int routed_expert(const MoeLin& a, int* sid, int* picked) {
+__device__ __forceinline__ int routed_expert(const MoeLin& a, unsigned* seen, int* picked) {
   // Block column x serves the x-th smallest distinct expert id of the launch (grid x = min(experts,
   // slots), from the shapes only): experts no row picked cost no block. Ids outside [0, experts)
   // (a deleted gate's poison) are nobody's. Returns -1 where there are fewer distinct experts than
   // block columns; a dense (shared) expert (no ids) is block column x itself. Every thread of the
-  // block calls it (it synchronizes; any block size of whole warps); sid is MOE_MAX_SLOTS ints of shared
-  // memory, picked one.
+  // block calls it (it synchronizes; any block size of whole warps); seen is MOE_ID_WORDS words of
+  // shared memory (a bitmap of the ids present), picked one int. The bitmap and one warp's prefix
+  // count over it keep this O(slots / threads + experts / 1024) per block.
   if (!a.ids) return blockIdx.x;
-  int slots = a.rows * a.topk;
-  for (int sl = threadIdx.x; sl < slots; sl += blockDim.x) sid[sl] = __ldg(a.ids + sl);
-  if (threadIdx.x == 0) *picked = -1;
+  const int slots = a.rows * a.topk, words = (a.experts + 31) >> 5;
+  for (int w = threadIdx.x; w < words; w += blockDim.x) seen[w] = 0u;
   __syncthreads();
-  int first[MOE_MAX_SLOTS / 32];
-#pragma unroll
-  for (int c = 0; c < MOE_MAX_SLOTS / 32; c++) {
-    int sl = c * blockDim.x + threadIdx.x, id = sl < slots ? sid[sl] : -1;
-    bool f = id >= 0 && id < a.experts;
-    for (int j = 0; j < sl && f; j++) f = sid[j] != id;
-    first[c] = f ? id : -1;
+  for (int sl = threadIdx.x; sl < slots; sl += blockDim.x) {
+    int id = __ldg(a.ids + sl);
+    if (id >= 0 && id < a.experts) atomicOr(seen + (id >> 5), 1u << (id & 31));
   }
   __syncthreads();
-#pragma unroll
-  for (int c = 0; c < MOE_MAX_SLOTS / 32; c++) {
-    int sl = c * blockDim.x + threadIdx.x;
-    if (sl < slots) sid[sl] = first[c];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int c = 0; c < MOE_MAX_SLOTS / 32; c++) {
-    int sl = c * blockDim.x + threadIdx.x;
-    if (sl >= slots || sid[sl] < 0) continue;
-    int below = 0;
-    for (int j = 0; j < slots; j++) below += sid[j] >= 0 && sid[j] < sid[sl];
-    if (below == (int)blockIdx.x) *picked = sid[sl];
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    int want = blockIdx.x, found = -1;
+    for (int base = 0; base < words && found < 0; base += 32) {  // warp-uniform
+      unsigned w = base + lane < words ? seen[base + lane] : 0u;
+      int c = __popc(w), incl = c;
+      for (int off = 1; off < 32; off <<= 1) {
+        int v = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += v;
+      }
+      bool here = want >= incl - c && want < incl;
+      int pos = -1;
+      if (here) {
+        for (int j = incl - c; j < want; j++) w &= w - 1u;  // drop the set bits below the wanted one
+        pos = (base + lane) * 32 + __ffs(w) - 1;
+      }
+      unsigned hit = __ballot_sync(0xffffffffu, here);
+      if (hit) found = __shfl_sync(0xffffffffu, pos, __ffs(hit) - 1);
+      else want -= __shfl_sync(0xffffffffu, incl, 31);
+    }
+    if (lane == 0) *picked = found;
   }
   __syncthreads();
   return *picked;
@@ -266,11 +271,11 @@ template <int FMT, int EPI>
 __device__ __forceinline__ void moe_linear(const MoeLin& a) {
   __shared__ float tab[TABLE_FLOATS];
   __shared__ int picked;
-  __shared__ int sid[MOE_MAX_SLOTS];   // the launch's ids; -1 where a slot is not the first with its id
+  __shared__ unsigned seen[MOE_ID_WORDS];
   pdl_wait();
   pdl_trigger();
   int slots = a.ids ? a.rows * a.topk : a.rows;
-  int e = routed_expert(a, sid, &picked);
+  int e = routed_expert(a, seen, &picked);
   if (e < 0) return;  // fewer distinct experts than block columns
   for (int i = threadIdx.x; i < TABLE_FLOATS; i += blockDim.x) tab[i] = a.tables[i];
   __syncthreads();

@@ -24,6 +24,7 @@ HERE = Path(__file__).parent
 PRELUDE_END = "__device__ __forceinline__ float psigmoid"
 WARPS = 8  # MOE_WARPS: output rows per block of the linear kernels
 MAX_SLOTS = 512  # MOE_MAX_SLOTS: routed slots (rows x top-k) of one linear launch
+MAX_EXPERTS = 32 * 128  # 32 x MOE_ID_WORDS: routed experts of one linear launch
 FORMATS = {"mxfp4": 0, "fp8": 1, "bf16": 2}
 #: The expert linear kernels: "warp" (moe.cu: one warp per output row, table decode) and "spread"
 #: (moe_routed.cu: the (row, 32-group) sums spread evenly over the block, weights decoded without a
@@ -137,6 +138,8 @@ def linear_launch(funcs: dict, tables: int, stage: str, fmt: str, *, xc: int, xs
         raise ValueError(f"expert linear kernel must be one of {LINEAR_KERNELS}, not {kernel!r}")
     if n % WARPS or k % 32:
         raise ValueError(f"linear shape {n} x {k} is off the grid ({WARPS} rows, 32 inputs)")
+    if ids and experts > MAX_EXPERTS:
+        raise ValueError(f"{experts} routed experts are more than the {MAX_EXPERTS} a linear launch takes")
     if ids and rows * topk > MAX_SLOTS:
         raise ValueError(f"{rows} rows x top-{topk} is more than the {MAX_SLOTS} routed slots a launch takes")
     st = strides(fmt, experts, mats, n, k)

@@ -124,15 +124,16 @@ __device__ __forceinline__ void moe_spread(const MoeLin& a) {
   constexpr int MATS = EPI == EPI_SWIGLU ? 2 : 1;
   extern __shared__ float4 sp_dynamic[];  // batch x (K + MATS x 8 x K/32) fp32, sized by the launch
   float* sm = (float*)sp_dynamic;
-  __shared__ int sid[MOE_MAX_SLOTS];
+  __shared__ int sid[MOE_MAX_SLOTS];  // this expert's slots, ascending
+  __shared__ unsigned seen[MOE_ID_WORDS];
   __shared__ int picked, nmine;
   pdl_wait();
   pdl_trigger();
-  const int e = routed_expert(a, sid, &picked);
+  const int e = routed_expert(a, seen, &picked);
   if (e < 0) return;  // fewer distinct experts than block columns
   const int slots = a.ids ? a.rows * a.topk : a.rows;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  // this expert's slots in ascending order into sid (routed_expert has finished with it)
+  // this expert's slots in ascending order
   if (warp == 0) {
     int cnt = 0;
     for (int base = 0; base < slots; base += 32) {
@@ -236,11 +237,13 @@ __device__ __forceinline__ void moe_spread(const MoeLin& a) {
   }
 }
 
-#define MOE_SPREAD(name, FMT, EPI) \
-  extern "C" __global__ void __launch_bounds__(256) name(const MoeLin a) { moe_spread<FMT, EPI>(a); }
-MOE_SPREAD(moe_up_spread_mxfp4, FMT_MXFP4, EPI_SWIGLU)
-MOE_SPREAD(moe_up_spread_fp8, FMT_FP8, EPI_SWIGLU)
-MOE_SPREAD(moe_up_spread_bf16, FMT_BF16, EPI_SWIGLU)
-MOE_SPREAD(moe_down_spread_mxfp4, FMT_MXFP4, EPI_F32)
-MOE_SPREAD(moe_down_spread_fp8, FMT_FP8, EPI_F32)
-MOE_SPREAD(moe_down_spread_bf16, FMT_BF16, EPI_F32)
+// minimum blocks per SM: up (two matrices, 128 registers) 2, down 3; ptxas spills at most a few bytes
+// (tests/test_cuda_moe_build.py prints the report)
+#define MOE_SPREAD(name, FMT, EPI, MIN_BLOCKS)                                                     \
+  extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) name(const MoeLin a) { moe_spread<FMT, EPI>(a); }
+MOE_SPREAD(moe_up_spread_mxfp4, FMT_MXFP4, EPI_SWIGLU, 2)
+MOE_SPREAD(moe_up_spread_fp8, FMT_FP8, EPI_SWIGLU, 2)
+MOE_SPREAD(moe_up_spread_bf16, FMT_BF16, EPI_SWIGLU, 2)
+MOE_SPREAD(moe_down_spread_mxfp4, FMT_MXFP4, EPI_F32, 3)
+MOE_SPREAD(moe_down_spread_fp8, FMT_FP8, EPI_F32, 3)
+MOE_SPREAD(moe_down_spread_bf16, FMT_BF16, EPI_F32, 3)
