@@ -148,7 +148,7 @@ __device__ __forceinline__ void moe_spread(const MoeLin& a) {
   __syncthreads();
   const int K = a.K, G = K >> 5, tasks = MOE_WARPS * G, words = K >> 2, nm = nmine;
   // slots per pass: the decoded rows [batch][K] and the group sums [batch][MATS][8][G] in the dynamic
-  // shared memory the launch gives (moe.py spread_batch: the same formula; at least one slot)
+  // shared memory the launch gives (moe.py spread_shared_bytes: the same formula; at least one slot)
   const int batch = min(SP_MAX_BATCH, SP_SMEM_FLOATS / (K + MATS * tasks));
   float* act = sm;
   float* part = sm + batch * K;
