@@ -6,14 +6,14 @@
    packed MXFP4 and expanded bf16 weights, shared expert (FP8 packed, bf16 expanded), combine; the
    expert linears with both kernels (warp: moe.cu, spread: moe_routed.cu), also alone on operands no
    gate makes (random codes with +-0 and all -0.0 groups, scales over 130 binades, ids repeated within
-   rows and concentrated on three experts so that one expert serves many slots over several passes). Outputs start
-   poisoned.
+   rows and concentrated on three experts, so that one expert serves many slots over several passes).
+   Outputs start poisoned.
 2. figures at the DeepSeek-V4.1 draft shape (hidden 5120, 128 experts, top-3, expert width 1152 per TP2
    rank): the routed-expert command (up -> act_qdq(h) -> down, SLOT mode) at T = 5, 10, 20, 32 as a CUDA
-   graph, with the warp and the spread linear kernels, next to the HBM time of the expert bytes it must read (unique experts x bytes per expert, at
-   the device-to-device copy bandwidth measured in the same run), and torch eager (per-expert loop, as
-   the official model) and torch CUDA graph (gathered batched matmul) of the same MoE on expanded bf16
-   weights. CUDA events, warm-up, medians.
+   graph, with the warp and the spread linear kernels, next to the HBM time of the expert bytes it must
+   read (unique experts x bytes per expert, at the device-to-device copy bandwidth measured in the same
+   run), and torch eager (per-expert loop, as the official model) and torch CUDA graph (gathered batched
+   matmul) of the same MoE on expanded bf16 weights. CUDA events, warm-up, medians.
 
     python tools/cuda_check_moe.py [--cases 40] [--reps 50] [--no-torch] [--json out.json]
 
