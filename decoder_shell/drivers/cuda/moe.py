@@ -35,6 +35,7 @@ LINEAR_KERNELS = ("warp", "spread")
 DEFAULT_LINEAR = "warp"
 SPREAD_SMEM_FLOATS = 11008  # SP_SMEM_FLOATS of moe_routed.cu
 SPREAD_THREADS = 256  # the spread kernels' largest block
+SPREAD_MAX_BATCH = 4  # SP_MAX_BATCH of moe_routed.cu: an expert's slots per pass
 KERNELS = ("moe_qdq", "moe_gate", "moe_combine", "moe_expand",
            *(f"moe_{s}_{f}" for s in ("up", "down") for f in FORMATS),
            *(f"moe_{s}_spread_{f}" for s in ("up", "down") for f in FORMATS))
@@ -101,9 +102,6 @@ def gate_launch(funcs: dict, x: int, w: int, bias: int, ids: int, wts: int, rows
         raise ValueError("the gate kernel takes at most 1024 experts and top-16")
     return Launch(funcs["moe_gate"], (rows, 1, 1), (1024, 1, 1), u64(x), u64(w), u64(bias), u64(ids),
                   u64(wts), C.c_int(rows), C.c_int(d), C.c_int(e), C.c_int(topk), C.c_float(route_scale), pdl=True)
-
-
-SPREAD_MAX_BATCH = 4  # SP_MAX_BATCH of moe_routed.cu: an expert's slots per pass
 
 
 def spread_fits(k: int, mats: int) -> bool:
