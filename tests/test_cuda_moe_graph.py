@@ -110,15 +110,17 @@ def weight(cu, fmt, a, e, m, n, k):
 
 def run_linear(cu, name, ln):
     """moe_up_* / moe_down_* (warp or spread kernels) as moe.cu / moe_routed.cu compute them: every slot
-    of each expert, 8 output rows per block; a spread kernel's block size is what its K asks for."""
+    of each expert; 8 output rows per block (spread: its own rows per block, and the block size and
+    shared memory its K asks for)."""
     grid, a = ln.grid, ln.args[0]
     parts = name.split("_")
     stage, fmt, spread = parts[1], parts[-1], parts[2:-1] == ["spread"]
     assert len(parts) == (4 if spread else 3), name
-    assert grid[1:] == (a.N // M.WARPS, 1) and a.N % M.WARPS == 0 and a.K % 32 == 0
     mats = 2 if stage == "up" else 1
+    rows_per_block = M.spread_rows(mats) if spread else M.WARPS
+    assert grid[1:] == (a.N // rows_per_block, 1) and a.N % rows_per_block == 0 and a.K % 32 == 0
     if spread:
-        assert M.spread_fits(a.K, mats) and ln.block == (M.spread_threads(a.K), 1, 1)
+        assert M.spread_fits(a.N, a.K, mats) and ln.block == (M.spread_threads(a.K, mats), 1, 1)
         assert ln.shared == M.spread_shared_bytes(a.K, mats) <= 48 * 1024
     else:
         assert ln.block == (M.WARPS * 32, 1, 1)
@@ -266,21 +268,29 @@ def test_moe_spread_candidate_computes_the_reference(no_builds, weights, tp, row
 
 
 def test_spread_launch_geometry():
-    """Same grid as the warp kernels; the block is the fewest whole warps that keep the fewest rounds of
-    the 8 x K/32 (row, group) tasks; a K whose slot does not fit shared memory takes the warp kernel."""
-    for k in range(32, 16384, 32):
-        threads, tasks = M.spread_threads(k), M.WARPS * k // 32
-        rounds = -(-tasks // threads)
-        assert threads % 32 == 0 and 32 <= threads <= 256 and rounds == -(-tasks // 256)
-        assert threads == 32 or -(-tasks // (threads - 32)) > rounds
-    kw = dict(xc=1, xs=2, ids=3, rw=4, rows=5, topk=3, act_per_slot=False, w=5, s=6, experts=128, mats=2, out=7)
+    """The warp kernels' block columns; rows per block and a block that is the fewest whole warps keeping
+    the fewest rounds of the ROWS x K/32 (row, group) tasks; a linear that does not fit (rows off the
+    block, a slot over the shared memory) takes the warp kernel."""
+    for mats in (1, 2):
+        for k in range(32, 16384, 32):
+            threads, tasks = M.spread_threads(k, mats), M.spread_rows(mats) * k // 32
+            rounds = -(-tasks // threads)
+            assert threads % 32 == 0 and 32 <= threads <= 256 and rounds == -(-tasks // 256)
+            assert threads == 32 or -(-tasks // (threads - 32)) > rounds
+    kw = dict(xc=1, xs=2, ids=3, rw=4, rows=5, topk=3, act_per_slot=False, w=5, s=6, experts=128, out=7)
     funcs = {n: n for n in M.KERNELS}
-    for k, name in ((5120, "moe_up_spread_mxfp4"), (7328, "moe_up_spread_mxfp4"), (7360, "moe_up_mxfp4")):
-        spread = M.linear_launch(funcs, 0, "up", "mxfp4", n=1152, k=k, kernel="spread", **kw)
-        warp = M.linear_launch(funcs, 0, "up", "mxfp4", n=1152, k=k, kernel="warp", **kw)
-        assert spread.func == name and warp.func == "moe_up_mxfp4" and spread.grid == warp.grid == (15, 144, 1)
+    for stage, mats, n, k, name, grid in (
+            ("up", 2, 1152, 5120, "moe_up_spread_mxfp4", (15, 144, 1)),
+            ("up", 2, 1152, 7328, "moe_up_spread_mxfp4", (15, 144, 1)),
+            ("up", 2, 1152, 7360, "moe_up_mxfp4", (15, 144, 1)),
+            ("down", 1, 5120, 1152, "moe_down_spread_mxfp4", (15, 160, 1)),
+            ("down", 1, 5120 + 8, 1152, "moe_down_mxfp4", (15, 641, 1))):
+        spread = M.linear_launch(funcs, 0, stage, "mxfp4", n=n, k=k, mats=mats, kernel="spread", **kw)
+        warp = M.linear_launch(funcs, 0, stage, "mxfp4", n=n, k=k, mats=mats, kernel="warp", **kw)
+        assert (spread.func, spread.grid) == (name, grid) and warp.func == f"moe_{stage}_mxfp4"
+        assert warp.grid == (15, n // M.WARPS, 1)
     with pytest.raises(ValueError, match="expert linear kernel"):
-        M.linear_launch(funcs, 0, "up", "mxfp4", n=1152, k=5120, kernel="fast", **kw)
+        M.linear_launch(funcs, 0, "up", "mxfp4", n=1152, k=5120, mats=2, kernel="fast", **kw)
 
 
 def test_moe_expanded_is_refused_on_an_expanded_corpus_and_on_other_commands(no_builds):

@@ -28,7 +28,7 @@ MAX_EXPERTS = 32 * 128  # 32 x MOE_ID_WORDS: routed experts of one linear launch
 FORMATS = {"mxfp4": 0, "fp8": 1, "bf16": 2}
 #: The expert linear kernels: "warp" (moe.cu: one warp per output row, table decode) and "spread"
 #: (moe_routed.cu: the (row, 32-group) sums spread evenly over the block, weights decoded without a
-#: table, each expert's weights read once for all its slots of a pass). Same bits, same grid.
+#: table, each expert's weights read once for all its slots of a pass). Same bits, same block columns.
 LINEAR_KERNELS = ("warp", "spread")
 #: What the cuda driver runs unless a gate candidate says otherwise; "spread" once an H200 run of
 #: tools/cuda_check_moe.py shows it exact and faster.
@@ -36,6 +36,7 @@ DEFAULT_LINEAR = "warp"
 SPREAD_SMEM_FLOATS = 11008  # SP_SMEM_FLOATS of moe_routed.cu
 SPREAD_THREADS = 256  # the spread kernels' largest block
 SPREAD_MAX_BATCH = 4  # SP_MAX_BATCH of moe_routed.cu: an expert's slots per pass
+SPREAD_UP_ROWS, SPREAD_DOWN_ROWS = 8, 32  # SP_UP_ROWS, SP_DOWN_ROWS: output rows per block
 KERNELS = ("moe_qdq", "moe_gate", "moe_combine", "moe_expand",
            *(f"moe_{s}_{f}" for s in ("up", "down") for f in FORMATS),
            *(f"moe_{s}_spread_{f}" for s in ("up", "down") for f in FORMATS))
@@ -104,23 +105,33 @@ def gate_launch(funcs: dict, x: int, w: int, bias: int, ids: int, wts: int, rows
                   u64(wts), C.c_int(rows), C.c_int(d), C.c_int(e), C.c_int(topk), C.c_float(route_scale), pdl=True)
 
 
-def spread_fits(k: int, mats: int) -> bool:
-    """Whether one slot's decoded activation row and group sums fit the spread kernel's shared memory."""
-    return k + mats * WARPS * (k // 32) <= SPREAD_SMEM_FLOATS  # moe_routed.cu: K + MATS x 8 x G floats
+def spread_rows(mats: int) -> int:
+    """Output rows per block of a spread kernel: SP_UP_ROWS (two matrices) or SP_DOWN_ROWS."""
+    return SPREAD_UP_ROWS if mats == 2 else SPREAD_DOWN_ROWS
+
+
+def _spread_slot_floats(k: int, mats: int) -> int:
+    return k + mats * spread_rows(mats) * (k // 32)  # moe_routed.cu: K + MATS x ROWS x G floats a slot
+
+
+def spread_fits(n: int, k: int, mats: int) -> bool:
+    """Whether the spread kernel takes an [n, k] linear: whole blocks of rows, and one slot's decoded
+    activation row and group sums in its shared memory."""
+    return n % spread_rows(mats) == 0 and _spread_slot_floats(k, mats) <= SPREAD_SMEM_FLOATS
 
 
 def spread_shared_bytes(k: int, mats: int) -> int:
     """The spread kernel's dynamic shared memory: as many slots per pass (up to SP_MAX_BATCH) as
     SP_SMEM_FLOATS holds, the formula the kernel computes its pass size with."""
-    per_slot = k + mats * WARPS * (k // 32)
+    per_slot = _spread_slot_floats(k, mats)
     return 4 * min(SPREAD_MAX_BATCH, SPREAD_SMEM_FLOATS // per_slot) * per_slot
 
 
-def spread_threads(k: int) -> int:
-    """Block size of a spread kernel: the 8 x K/32 (row, group) tasks in as few rounds as 256 threads
-    allow, spread over as few whole warps as keep that number of rounds (K = 1152: 288 tasks, two rounds
-    of 160 threads instead of 256 + 32)."""
-    tasks = WARPS * (k // 32)
+def spread_threads(k: int, mats: int) -> int:
+    """Block size of a spread kernel: the ROWS x K/32 (row, group) tasks in as few rounds as 256 threads
+    allow, on as few whole warps as keep that number of rounds (no round but the last part-idle: up at
+    K = 1152 has 288 tasks, two rounds of 160 threads rather than 256 + 32)."""
+    tasks = spread_rows(mats) * (k // 32)
     rounds = -(-tasks // SPREAD_THREADS)
     return 32 * -(-tasks // (32 * rounds))
 
@@ -129,8 +140,8 @@ def linear_launch(funcs: dict, tables: int, stage: str, fmt: str, *, xc: int, xs
                   topk: int, act_per_slot: bool, w: int, s: int, experts: int, mats: int, n: int, k: int, out: int,
                   kernel: str = DEFAULT_LINEAR):
     """`stage` "up" (w1/w3 pair -> bf16 h) or "down" (-> fp32); ids 0 for a dense (shared) expert.
-    `kernel` "spread" takes the spread kernel where its shared memory holds a slot of width k (else the
-    warp kernel: same bits)."""
+    `kernel` "spread" takes the spread kernel where it fits (spread_fits; else the warp kernel: same
+    bits)."""
     from .args import Launch
     if kernel not in LINEAR_KERNELS:
         raise ValueError(f"expert linear kernel must be one of {LINEAR_KERNELS}, not {kernel!r}")
@@ -145,9 +156,9 @@ def linear_launch(funcs: dict, tables: int, stage: str, fmt: str, *, xc: int, xs
                   s=s, K=k, N=n, out=out, tables=tables, experts=experts, **st)
     # routed: block column x serves the x-th smallest distinct expert id (at most one per slot)
     columns = min(experts, rows * topk) if ids else experts
-    if kernel == "spread" and spread_fits(k, mats):
-        return Launch(funcs[f"moe_{stage}_spread_{fmt}"], (columns, n // WARPS, 1), (spread_threads(k), 1, 1), args,
-                      shared=spread_shared_bytes(k, mats), pdl=True)
+    if kernel == "spread" and spread_fits(n, k, mats):
+        return Launch(funcs[f"moe_{stage}_spread_{fmt}"], (columns, n // spread_rows(mats), 1),
+                      (spread_threads(k, mats), 1, 1), args, shared=spread_shared_bytes(k, mats), pdl=True)
     return Launch(funcs[f"moe_{stage}_{fmt}"], (columns, n // WARPS, 1), (WARPS * 32, 1, 1), args, pdl=True)
 
 

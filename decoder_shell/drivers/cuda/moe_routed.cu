@@ -1,7 +1,8 @@
 // The expert linears with their group sums spread evenly over the block (`moe_up_spread_*`,
-// `moe_down_spread_*`; docs/MOE.md "Spread kernels"). Same MoeLin arguments, same grid as moe.cu's
-// warp-per-row kernels (block column x: the x-th smallest distinct expert id; block row y: output
-// rows 8y..8y+7), same bits: only who computes which group sum changes, never the order of a sum.
+// `moe_down_spread_*`; docs/MOE.md "Spread kernels"). Same MoeLin arguments and block columns as
+// moe.cu's warp-per-row kernels (block column x: the x-th smallest distinct expert id), ROWS output rows
+// per block row (up 8, down 32: block row y has rows ROWS*y ..), same bits: only who computes which
+// group sum changes, never the order of a sum.
 //
 // Why: the warp-per-row kernels look every code up in a shared-memory table (two loads per product)
 // and so run at the shared-memory load rate, far from the HBM time of the weights they read. Here
@@ -13,9 +14,10 @@
 //   E2M1 magnitudes at once from two constant words, the sign bytes come from a sign-replicating prmt;
 //   FP8 weights by moving the code's bits into an fp32 (the value times 2^-120, E4M3 subnormals on fp32
 //   subnormals) and one exact multiply by 2^120;
-// - a task is one (output row, 32-group) pair of the block's 8 rows: the tasks are spread over the
+// - a task is one (output row, 32-group) pair of the block's ROWS rows: the tasks are spread over the
 //   block's threads evenly (the block size is chosen from K for that), each task reads its weight
-//   bytes from HBM once (16-byte loads) for all the slots of the pass, and writes each slot's scaled
+//   bytes from HBM once (16-byte loads, issued two tasks ahead) for all the slots of the pass, and
+//   writes each slot's scaled
 //   group sum into shared memory; then one warp per (slot, row) does the contract's lane sums (lane l:
 //   groups l, l+32, ... from +0.0) and the adjacent-pair tree, and the epilogue.
 // Exactness of the fused multiply-add (packed formats only). A product of an E4M3 code value
@@ -109,6 +111,11 @@ __device__ __forceinline__ void spread_decode(const SpreadW<FMT>& w, float* v) {
   }
 }
 
+__device__ __forceinline__ int spread_act_row(const MoeLin& a, int sl) {
+  // the activation row of slot sl: the slot itself (w2 reads h), or its token row (w1/w3 read x)
+  return a.act_per_slot ? sl : (a.ids ? sl / a.topk : sl);
+}
+
 template <int FMT>
 __device__ __forceinline__ float spread_step(float acc, float x, float w, bool first) {
   // one product of a group sum, left to right from the first product (see the FMA proof above)
@@ -119,10 +126,10 @@ __device__ __forceinline__ float spread_step(float acc, float x, float w, bool f
   return first ? MUL(x, w) : __fmaf_rn(x, w, acc);
 }
 
-template <int FMT, int EPI>
+template <int FMT, int EPI, int ROWS>
 __device__ __forceinline__ void moe_spread(const MoeLin& a) {
   constexpr int MATS = EPI == EPI_SWIGLU ? 2 : 1;
-  extern __shared__ float4 sp_dynamic[];  // batch x (K + MATS x 8 x K/32) fp32, sized by the launch
+  extern __shared__ float4 sp_dynamic[];  // batch x (K + MATS x ROWS x K/32) fp32, sized by the launch
   float* sm = (float*)sp_dynamic;
   __shared__ int sid[MOE_MAX_SLOTS];  // this expert's slots, ascending
   __shared__ unsigned seen[MOE_ID_WORDS];
@@ -146,30 +153,30 @@ __device__ __forceinline__ void moe_spread(const MoeLin& a) {
     if (lane == 0) nmine = cnt;
   }
   __syncthreads();
-  const int K = a.K, G = K >> 5, tasks = MOE_WARPS * G, words = K >> 2, nm = nmine;
-  // slots per pass: the decoded rows [batch][K] and the group sums [batch][MATS][8][G] in the dynamic
+  const int K = a.K, G = K >> 5, tasks = ROWS * G, words = K >> 2, nm = nmine, row0 = blockIdx.y * ROWS;
+  // slots per pass: the decoded rows [batch][K] and the group sums [batch][MATS][ROWS][G] in the dynamic
   // shared memory the launch gives (moe.py spread_shared_bytes: the same formula; at least one slot)
   const int batch = min(SP_MAX_BATCH, SP_SMEM_FLOATS / (K + MATS * tasks));
   float* act = sm;
   float* part = sm + batch * K;
   for (int s0 = 0; s0 < nm; s0 += batch) {
     const int nb = min(batch, nm - s0);
-    int arow[SP_MAX_BATCH];
+    // the first DEPTH tasks' weights are on their way while the activation rows are decoded (MXFP4: two
+    // tasks ahead; the wider FP8 and bf16 groups one, which keeps them in registers)
+    constexpr int DEPTH = FMT == FMT_MXFP4 ? 2 : 1;
+    SpreadW<FMT> wq[DEPTH][MATS];
 #pragma unroll
-    for (int b = 0; b < SP_MAX_BATCH; b++) {
-      int sl = b < nb ? sid[s0 + b] : 0;
-      arow[b] = a.act_per_slot ? sl : (a.ids ? sl / a.topk : sl);
-    }
-    // the first task's weights are on their way while the activation rows are decoded
-    SpreadW<FMT> wq[MATS];
-    if ((int)threadIdx.x < tasks) {
-      int r = threadIdx.x / G, g = threadIdx.x - r * G;
+    for (int d = 0; d < DEPTH; d++) {
+      int t = threadIdx.x + d * blockDim.x;
+      if (t < tasks) {
+        int r = t / G, g = t - r * G;
 #pragma unroll
-      for (int m = 0; m < MATS; m++) spread_load<FMT>(wq[m], a, e, m, blockIdx.y * MOE_WARPS + r, g, G);
+        for (int m = 0; m < MATS; m++) spread_load<FMT>(wq[d][m], a, e, m, row0 + r, g, G);
+      }
     }
     for (int i = threadIdx.x; i < nb * words; i += blockDim.x) {
       int b = i / words, wd = i - b * words, g = wd >> 3;
-      int row = b == 0 ? arow[0] : b == 1 ? arow[1] : b == 2 ? arow[2] : arow[3];
+      int row = spread_act_row(a, sid[s0 + b]);
       unsigned c4 = __ldg((const unsigned*)(a.xc + (size_t)row * K) + wd);
       float4 v = make_float4(__ldg(a.tables + (c4 & 0xFFu)), __ldg(a.tables + ((c4 >> 8) & 0xFFu)),
                              __ldg(a.tables + ((c4 >> 16) & 0xFFu)), __ldg(a.tables + (c4 >> 24)));
@@ -185,11 +192,16 @@ __device__ __forceinline__ void moe_spread(const MoeLin& a) {
       float wv[MATS][32];
       int sexp[MATS];
 #pragma unroll
-      for (int m = 0; m < MATS; m++) spread_decode<FMT>(wq[m], wv[m]), sexp[m] = wq[m].sexp;
-      if (t + (int)blockDim.x < tasks) {  // the next task's weights
-        int t2 = t + blockDim.x, r2 = t2 / G, g2 = t2 - r2 * G;
+      for (int m = 0; m < MATS; m++) {
+        spread_decode<FMT>(wq[0][m], wv[m]);
+        sexp[m] = wq[0][m].sexp;
 #pragma unroll
-        for (int m = 0; m < MATS; m++) spread_load<FMT>(wq[m], a, e, m, blockIdx.y * MOE_WARPS + r2, g2, G);
+        for (int d = 1; d < DEPTH; d++) wq[d - 1][m] = wq[d][m];
+      }
+      if (t + DEPTH * (int)blockDim.x < tasks) {  // the task DEPTH rounds ahead
+        int t2 = t + DEPTH * blockDim.x, r2 = t2 / G, g2 = t2 - r2 * G;
+#pragma unroll
+        for (int m = 0; m < MATS; m++) spread_load<FMT>(wq[DEPTH - 1][m], a, e, m, row0 + r2, g2, G);
       }
 #pragma unroll
       for (int b = 0; b < SP_MAX_BATCH; b++) {
@@ -207,23 +219,23 @@ __device__ __forceinline__ void moe_spread(const MoeLin& a) {
             gs[m] = spread_step<FMT>(gs[m], x.w, wv[m][4 * c + 3], false);
           }
         }
-        int sab = FMT == FMT_BF16 ? 0 : (int)__ldg(a.xs + (size_t)arow[b] * G + g);
+        int sab = FMT == FMT_BF16 ? 0 : (int)__ldg(a.xs + (size_t)spread_act_row(a, sid[s0 + b]) * G + g);
 #pragma unroll
         for (int m = 0; m < MATS; m++) {
           // packed: fl(s_a * s_w) = 2^(e_a + e_w), a normal number inside the linear's exact domain
           float p = FMT == FMT_BF16 ? gs[m] : MUL(gs[m], __uint_as_float((unsigned)(sab + sexp[m] - 127) << 23));
-          part[((b * MATS + m) * MOE_WARPS + r) * G + g] = p;
+          part[((b * MATS + m) * ROWS + r) * G + g] = p;
         }
       }
     }
     __syncthreads();
     // the contract's lane sums (lane l: groups l, l+32, ... from +0.0) and tree, one warp per (slot, row)
-    for (int q = warp; q < nb * MOE_WARPS; q += warps) {
-      const int b = q / MOE_WARPS, r = q - b * MOE_WARPS, n = blockIdx.y * MOE_WARPS + r, sl = sid[s0 + b];
+    for (int q = warp; q < nb * ROWS; q += warps) {
+      const int b = q / ROWS, r = q - b * ROWS, n = row0 + r, sl = sid[s0 + b];
       float y[MATS];
 #pragma unroll
       for (int m = 0; m < MATS; m++) {
-        const float* pr = part + ((b * MATS + m) * MOE_WARPS + r) * G;
+        const float* pr = part + ((b * MATS + m) * ROWS + r) * G;
         float acc = 0.0f;
         for (int g = lane; g < G; g += 32) acc = ADD(acc, pr[g]);
         y[m] = warp_tree(acc);
@@ -237,13 +249,17 @@ __device__ __forceinline__ void moe_spread(const MoeLin& a) {
   }
 }
 
-// minimum blocks per SM: up (two matrices, 128 registers) 2, down 3; ptxas spills at most a few bytes
-// (tests/test_cuda_moe_build.py prints the report)
-#define MOE_SPREAD(name, FMT, EPI, MIN_BLOCKS)                                                     \
-  extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) name(const MoeLin a) { moe_spread<FMT, EPI>(a); }
-MOE_SPREAD(moe_up_spread_mxfp4, FMT_MXFP4, EPI_SWIGLU, 2)
-MOE_SPREAD(moe_up_spread_fp8, FMT_FP8, EPI_SWIGLU, 2)
-MOE_SPREAD(moe_up_spread_bf16, FMT_BF16, EPI_SWIGLU, 2)
-MOE_SPREAD(moe_down_spread_mxfp4, FMT_MXFP4, EPI_F32, 3)
-MOE_SPREAD(moe_down_spread_fp8, FMT_FP8, EPI_F32, 3)
-MOE_SPREAD(moe_down_spread_bf16, FMT_BF16, EPI_F32, 3)
+// Output rows per block: up 8 (each task already does two matrices; K = 5120 gives 1280 tasks), down 32
+// (K = 1152: 36 groups a row; 8 rows would leave a block 4.6 KB of weights and much fixed cost).
+// Minimum blocks per SM: up 2 (128 registers), down 3; ptxas spills at most a few bytes
+// (tests/test_cuda_moe_build.py prints the report).
+#define SP_UP_ROWS 8
+#define SP_DOWN_ROWS 32
+#define MOE_SPREAD(name, FMT, EPI, ROWS, MIN_BLOCKS)                                                \
+  extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) name(const MoeLin a) { moe_spread<FMT, EPI, ROWS>(a); }
+MOE_SPREAD(moe_up_spread_mxfp4, FMT_MXFP4, EPI_SWIGLU, SP_UP_ROWS, 2)
+MOE_SPREAD(moe_up_spread_fp8, FMT_FP8, EPI_SWIGLU, SP_UP_ROWS, 2)
+MOE_SPREAD(moe_up_spread_bf16, FMT_BF16, EPI_SWIGLU, SP_UP_ROWS, 2)
+MOE_SPREAD(moe_down_spread_mxfp4, FMT_MXFP4, EPI_F32, SP_DOWN_ROWS, 3)
+MOE_SPREAD(moe_down_spread_fp8, FMT_FP8, EPI_F32, SP_DOWN_ROWS, 3)
+MOE_SPREAD(moe_down_spread_bf16, FMT_BF16, EPI_F32, SP_DOWN_ROWS, 3)
