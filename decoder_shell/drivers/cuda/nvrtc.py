@@ -85,15 +85,16 @@ def _compile(nvrtc, source: str, opts: list, arch: str, name: str) -> tuple[byte
     try:
         res = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         size = check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-        log = b" " * size
+        log = bytearray(size)  # never `b" " * size`: at size 1 that is the interpreter's shared b" "
         nvrtc.nvrtcGetProgramLog(prog, log)
         text = log.decode(errors="replace").strip("\0 \n")
         if int(res[0]) != 0:
             raise BuildError(f"{name}: NVRTC compilation failed for {arch} ({status_name(nvrtc, res[0])}): "
                              f"{text.replace(chr(10), ' | ')[:2000]}")
         size = check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        cubin = b" " * size
-        check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+        out = bytearray(size)  # NVRTC writes into it: a fresh, mutable buffer
+        check(nvrtc.nvrtcGetCUBIN(prog, out), "nvrtcGetCUBIN")
+        cubin = bytes(out)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     return cubin, text
