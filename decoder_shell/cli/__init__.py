@@ -170,7 +170,11 @@ def cmd_verify(args, console: Console) -> int:
 # --- inspect -----------------------------------------------------------------------------------
 def cmd_inspect(args, console: Console) -> int:
     from ..corpus.inspect import inspect
-    rep = inspect(open_corpus(args.corpus))
+    corpus = open_corpus(args.corpus)
+    rep = inspect(corpus)
+    if args.memory:
+        from ..replay.memory import corpus_memory
+        rep["memory"] = corpus_memory(corpus)
     if args.json:
         emit_json(rep)
         return 0
@@ -182,6 +186,9 @@ def cmd_inspect(args, console: Console) -> int:
     console.print(f"MiB referenced {rep['referenced_bytes'] / 2**20:.2f}, unique {rep['unique_bytes'] / 2**20:.2f}, "
                   f"stored {rep['stored_bytes'] / 2**20:.2f} (--json gives bytes)")
     console.print(f"dedup ratio {rep['dedup_ratio']:.2f}x, compression {rep['compression_ratio']:.2f}x")
+    if args.memory:
+        from .render_memory import render_memory
+        render_memory(rep["memory"], console)
     return 0
 
 
@@ -246,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("inspect", help="manifests, unique blobs, bytes and dedup ratio")
     s.add_argument("corpus", nargs="?", type=Path, help=CORPUS_HELP)
     s.add_argument("--json", action="store_true")
+    s.add_argument("--memory", action="store_true",
+                   help="the device memory per rank: weights per part and stage (as stored and bf16-expanded), "
+                        "activations and the cuda driver's arenas")
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("replay", help="replay the cycle epoch after epoch and prove every output bit-exact")
