@@ -26,7 +26,8 @@ def _rows(r: dict) -> list[tuple]:
     rows.append(("weights", "", _mib(r["weights_bytes"]), _mib(r["weights_expanded_bytes"])))
     rows.append(("activations (inputs, outputs)", "", _mib(r["activations_bytes"]), ""))
     rows += [(f"arena {name}", "", _mib(n), "") for name, n in r["arenas"].items()]
-    rows.append(("session (all arenas)", "", _mib(r["session_bytes"]), ""))
+    if r["session_bytes"] is not None:
+        rows.append(("session (all arenas)", "", _mib(r["session_bytes"]), ""))
     if r["expanded_arena_bytes"]:
         rows.append(("+ arena of moe-expanded experts", "", _mib(r["expanded_arena_bytes"]), ""))
     return rows

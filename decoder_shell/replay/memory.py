@@ -23,6 +23,8 @@ MIB = 1 << 20
 PARTS = {"moe_routed": "routed experts", "moe_shared": "shared expert", "moe_gate": "router (gate)",
          "mhc_pre": "mHC / norms", "mhc_pre_streams": "mHC / norms", "mhc_post_pre": "mHC / norms",
          "mhc_post_head": "mHC / norms"}
+#: The cuda driver's arenas a session allocates per rank (before any gate candidate's staging / expanded ones).
+ARENAS = ("outputs", "state (params + injected inputs)", "work (scratch, sync, decode tables)")
 #: Ops whose weights the `moe-expanded` form decodes to bf16 on the device.
 EXPANDABLE = ("moe_routed", "moe_shared")
 
@@ -56,8 +58,12 @@ def memory_table(geometry, entries=None, contract: RingContract | None = None) -
     cycle = build_cycle(geometry, contract or RingContract())
     entries = list(param_entries_from_cycle(cycle) if entries is None else entries)
     by_boundary = {c.boundary.name: c for c in cycle.commands}
-    arenas = Arenas(None, cycle, {})
-    out_size, state_size, work_size = arenas._sizes[:3]
+    try:
+        sizes = dict(zip(ARENAS, Arenas(None, cycle, {})._sizes[:3]))
+    except KeyError as e:  # an op the cuda driver has no kernel (and so no scratch layout) for
+        sizes, no_layout = {}, f"the cuda driver does not run {e.args[0]!r}: no arena layout"
+    else:
+        no_layout = None
     activations = sum(b.nbytes for b in cycle.buffers if b.kind != "param")
     ranks = []
     for r in range(cycle.ranks):
@@ -78,14 +84,12 @@ def memory_table(geometry, entries=None, contract: RingContract | None = None) -
             "rank": r, "parts": list(parts.values()), "weights_bytes": weights,
             "weights_expanded_bytes": sum(p["expanded_bytes"] for p in parts.values()),
             "activations_bytes": activations,
-            "arenas": {"outputs": out_size, "state (params + injected inputs)": state_size,
-                       "work (scratch, sync, decode tables)": work_size},
-            "session_bytes": out_size + state_size + work_size,
+            "arenas": sizes, "session_bytes": sum(sizes.values()) if sizes else None,
             "expanded_arena_bytes": sum(sum(expanded_bytes(cycle, c).values()) for c in cycle.commands
                                         if c.op in EXPANDABLE and cycle.geometry.moe.weights == "packed"),
         })
-    return {"geometry": geometry.to_json(), "ranks": ranks,
-            "note": "bytes per rank; a session with emulated ranks holds every rank's arenas on one device"}
+    note = "bytes per rank; a session with emulated ranks holds every rank's arenas on one device"
+    return {"geometry": geometry.to_json(), "ranks": ranks, "note": f"{note}; {no_layout}" if no_layout else note}
 
 
 def _expanded(cycle: Cycle, cmd, name: str, nbytes: int) -> int:
