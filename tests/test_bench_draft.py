@@ -222,3 +222,8 @@ def test_draft_session_on_the_cuda_session(corpora, monkeypatch, form):
             assert np.array_equal(stacks[0][e, m].view(np.uint16),
                                   expand(QWeight("mxfp4", p["w13"][e, m], p["s13"][e, m])).view(np.uint16))
         assert np.array_equal(stacks[1][e].view(np.uint16), expand(QWeight("mxfp4", p["w2"][e], p["s2"][e])).view(np.uint16))
+
+
+def test_a_failed_synth_is_one_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="dsv41-dspark-T2000.*--draft-rows"):
+        bench_draft.synth_all([2000], "dspark", 0, tmp_path, 1)

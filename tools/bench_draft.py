@@ -98,7 +98,8 @@ def synth_all(rows, kind, seed, work: Path, jobs: int) -> list[Path]:
                             "--verify-rows", "1", "--draft-rows", str(t), "--draft-kind", kind, "--seed", str(seed),
                             "--out", str(out), "-q"], capture_output=True, text=True, cwd=ROOT)
         if r.returncode:
-            raise UsageError(f"synth of {out} failed ({r.returncode}): {r.stderr.strip().splitlines()[-1:]}")
+            last = (r.stderr.strip().splitlines() or ["no message"])[-1]
+            raise UsageError(f"synth of {out} failed (exit {r.returncode}): {last}")
         return out, time.time() - t0
     with ThreadPoolExecutor(jobs) as pool:
         done = list(pool.map(one, rows))
