@@ -227,3 +227,27 @@ def test_draft_session_on_the_cuda_session(corpora, monkeypatch, form):
 def test_a_failed_synth_is_one_usage_error(tmp_path):
     with pytest.raises(UsageError, match="dsv41-dspark-T2000.*--draft-rows"):
         bench_draft.synth_all([2000], "dspark", 0, tmp_path, 1)
+
+
+def test_the_whole_tool_on_a_cuda_session_over_host_memory(corpora, monkeypatch, tmp_path, capsys):
+    """run(): corpora taken, bound one ahead, both forms, the JSON, the tables and the summary last."""
+    import json
+    import decoder_shell.drivers as drivers
+    from decoder_shell.drivers.cuda import kernels as K
+    from decoder_shell.drivers.cuda import moe as M
+    monkeypatch.setattr(K, "compile_cubin", lambda *a, **k: b"\x7fELF")
+    monkeypatch.setattr(M, "build", lambda arch: b"\x7fELF")
+    drv = HostCuda()
+    drv.gpu = "host memory"
+    monkeypatch.setattr(drivers, "get_driver", lambda *a, **k: drv)
+    out = tmp_path / "b.json"
+    rc = bench_draft.main(["--corpus", str(corpora["dspark"]), str(corpora["mtp1"]), "--epochs", "1", "--profiles",
+                           "1", "--warmup", "0", "--no-torch", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    j = json.loads(out.read_text())
+    assert [c["draft_kind"] for c in j["cases"]] == ["dspark", "mtp1"] and j["mismatching_elements"] == 0
+    assert all(sorted(c["forms"]) == ["moe-expanded", "packed"] for c in j["cases"])
+    summary = text[text.index("\nsummary") + 1:].splitlines()
+    assert len(summary) == 3 + 4 and all(line.endswith("| 0 |") for line in summary[3:])
+    assert "T=5 moe-expanded: per stage and command kind" in text and "| moe_routed |" in text

@@ -207,6 +207,20 @@ def torch_baseline(cycle, expected, stacks, reps) -> dict:
     return {"eager_ms": eager, "graph_ms": graph}
 
 
+def bind_corpus(path: Path):
+    """(corpus, cycle, bound values, expected outputs, seconds) of a MoE draft corpus; UsageError else."""
+    from decoder_shell.corpus.store import Corpus
+    from decoder_shell.replay.engine import expected_outputs, prepare
+    t0 = time.time()
+    corpus = Corpus.open(path)
+    g = corpus.geometry
+    if g.moe is None or not g.draft_rows:
+        raise UsageError(f"{path}: not a MoE draft corpus (preset {g.preset})")
+    cycle, bound = prepare(corpus)
+    expected = expected_outputs(cycle, bound.injected, bound.captured, corpus.info.rebased)
+    return corpus, cycle, bound, expected, time.time() - t0
+
+
 def shell_routed_ms(cycle, res) -> float:
     """The shell's act_qdq + routed nodes of stage 0, per rank."""
     st = res["stages"]["stages"].get(0, {"kinds": {}})["kinds"]
@@ -215,9 +229,7 @@ def shell_routed_ms(cycle, res) -> float:
 
 def run(args) -> int:
     from rich.console import Console
-    from decoder_shell.corpus.store import Corpus
     from decoder_shell.drivers import get_driver
-    from decoder_shell.replay.engine import expected_outputs, prepare
     from decoder_shell.replay.memory import corpus_memory
     from decoder_shell.cli.render_memory import render_memory
     console = Console(highlight=False, soft_wrap=True)
@@ -231,32 +243,30 @@ def run(args) -> int:
         corpora = synth_all(args.rows, args.draft_kind, args.seed, work, args.jobs)
     out = {"gpu": drv.gpu, "arch": drv.arch, "forms": args.forms, "cases": []}
     bad = 0
-    for path in corpora:
-        corpus = Corpus.open(path)
-        g = corpus.geometry
-        if g.moe is None or not g.draft_rows:
-            raise UsageError(f"{path}: not a MoE draft corpus (preset {g.preset})")
-        memory = corpus_memory(corpus)
-        tb = time.time()
-        cycle, bound = prepare(corpus)
-        expected = expected_outputs(cycle, bound.injected, bound.captured, corpus.info.rebased)
-        case = {"corpus": str(path), "T": g.draft_rows, "draft_kind": g.draft_kind, "bind_s": time.time() - tb,
-                "memory": memory, "forms": {}}
-        forms = [f for f in args.forms if f == "packed" or g.moe.weights == "packed"]
-        for form in forms:
-            res = bench_session(drv, cycle, bound, expected, form, args)
-            stacks = res.pop("_stacks", None)
-            bad += res["mismatching"]
-            res["shell_qdq_routed_stage0_ms_per_rank"] = shell_routed_ms(cycle, res)
-            case["forms"][form] = res
-            print(f"T={g.draft_rows} {form}: draft phase {res['phase_ms']['median']:.4f} ms (graph median), "
-                  f"profiled nodes {res['stages']['total_ms']:.4f} ms, {res['mismatching']} mismatching of "
-                  f"{res['elements']} elements", flush=True)
-            if stacks is not None:
-                case["torch"] = torch_baseline(cycle, expected, stacks, args.reps)
-                del stacks
-        out["cases"].append(case)
-        del bound, expected
+    # the next corpus's host work (regenerating and digest-checking its recipes) beside this one's device
+    # work; at most two corpora's values in host memory
+    with ThreadPoolExecutor(1) as pool:
+        nxt = pool.submit(bind_corpus, corpora[0])
+        for i in range(len(corpora)):
+            corpus, cycle, bound, expected, bind_s = nxt.result()
+            nxt = pool.submit(bind_corpus, corpora[i + 1]) if i + 1 < len(corpora) else None
+            g = corpus.geometry
+            case = {"corpus": str(corpus.root), "T": g.draft_rows, "draft_kind": g.draft_kind, "bind_s": bind_s,
+                    "memory": corpus_memory(corpus), "forms": {}}
+            for form in [f for f in args.forms if f == "packed" or g.moe.weights == "packed"]:
+                res = bench_session(drv, cycle, bound, expected, form, args)
+                stacks = res.pop("_stacks", None)
+                bad += res["mismatching"]
+                res["shell_qdq_routed_stage0_ms_per_rank"] = shell_routed_ms(cycle, res)
+                case["forms"][form] = res
+                print(f"T={g.draft_rows} {form}: draft phase {res['phase_ms']['median']:.4f} ms (graph median), "
+                      f"profiled nodes {res['stages']['total_ms']:.4f} ms, {res['mismatching']} mismatching of "
+                      f"{res['elements']} elements", flush=True)
+                if stacks is not None:
+                    case["torch"] = torch_baseline(cycle, expected, stacks, args.reps)
+                    del stacks
+            out["cases"].append(case)
+            del bound, expected
     out["seconds"] = time.time() - t0
     out["mismatching_elements"] = bad
     if args.json:
