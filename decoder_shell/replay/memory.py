@@ -18,7 +18,6 @@ from ..contracts.allreduce import RingContract
 from ..drivers.cuda.arenas import Arenas, expanded_bytes
 from .breakdown import stage_of
 
-MIB = 1 << 20
 #: Part names of the ops whose params a rank holds; any other op's params are listed under the op.
 PARTS = {"moe_routed": "routed experts", "moe_shared": "shared expert", "moe_gate": "router (gate)",
          "mhc_pre": "mHC / norms", "mhc_pre_streams": "mHC / norms", "mhc_post_pre": "mHC / norms",
