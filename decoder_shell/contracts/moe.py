@@ -113,6 +113,14 @@ def official_epilogue(slot_sums: np.ndarray, shared_sum: np.ndarray, ids: np.nda
     return to_bf16(combine_slots(slots, ids, to_bf16(shared_sum).astype(F32)))
 
 
+def fused_combine(slot_partials, shared_partials, ids: np.ndarray,
+                  contract: RingContract = RingContract(accumulation="fp32")) -> np.ndarray:
+    """bf16 [T, D], the fused mode: per rank the slots in ascending id from +0.0 in fp32, plus the
+    rank's shared partial; one fp32 all-reduce of those sums; one bf16 rounding."""
+    fused = [combine_slots(s, ids, sh) for s, sh in zip(slot_partials, shared_partials)]
+    return to_bf16(allreduce(fused, contract))
+
+
 def moe_single(x, gate_weight, gate_bias, experts, shared: ExpertWeights) -> np.ndarray:
     """The single-device official MoE on x bf16 [T, D] (the FFN input after its norm)."""
     xq = act_qdq(x)
@@ -142,6 +150,5 @@ def moe_tp(x, gate_weight, gate_bias, experts, shared: ExpertWeights, ranks: int
         shared_sum = allreduce([p[1] for p in parts], contract)
         out = official_epilogue(slot_sum, shared_sum, ids)
     else:
-        fused = [combine_slots(s, ids, sh) for s, sh in parts]
-        out = to_bf16(allreduce(fused, contract))
+        out = fused_combine([p[0] for p in parts], [p[1] for p in parts], ids, contract)
     return {"ids": ids, "route_weights": rw, "partials": parts, "out": out}
