@@ -18,13 +18,13 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from decoder_shell.commands.program import build_cycle, reference, run_command
 from decoder_shell.contracts.act_qdq import QAct, act_qdq
 from decoder_shell.contracts.expert import swiglu
-from decoder_shell.contracts.moe import combine_slots
+from decoder_shell.contracts.moe import combine_slots, official_epilogue
 from decoder_shell.contracts.moe_gate import moe_gate
 from decoder_shell.contracts.numerics import BF16, F32, to_bf16
 from decoder_shell.contracts.qlinear import QWeight, expand, linear
@@ -160,6 +160,11 @@ def run_moe_launch(cu, name, ln):
         assert ln.grid == (-(-d // 256), rows, 1)
         i = load(cu, ids, np.int32, (rows, k))
         store(cu, out, combine_slots(load(cu, slots, F32, (rows, k, d)), i, load(cu, shared, F32, (rows, d))))
+    elif name == "moe_combine_official":
+        slots, shared, ids, out, rows, k, d = v
+        assert ln.grid == (-(-d // 256), rows, 1)
+        i = load(cu, ids, np.int32, (rows, k))
+        store(cu, out, official_epilogue(load(cu, slots, F32, (rows, k, d)), load(cu, shared, F32, (rows, d)), i))
     else:
         run_linear(cu, name, ln.grid, ln.args[0])
 
@@ -216,13 +221,21 @@ def replay_on_host(geometry, seed, variants=None):
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(weights=st.sampled_from(["packed", "expanded"]), tp=st.sampled_from([1, 2]),
-       rows=st.sampled_from([1, 5, 10]), kind=st.sampled_from(["mtp1", "dspark"]), seed=st.integers(0, 2 ** 16))
-def test_moe_graph_launches_compute_the_reference(no_builds, weights, tp, rows, kind, seed):
-    g = preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind=kind, moe_weights=weights)
+@given(weights=st.sampled_from(["packed", "expanded"]), tp=st.sampled_from([1, 2, 4]),
+       rows=st.sampled_from([1, 5, 10]), kind=st.sampled_from(["mtp1", "dspark"]),
+       combine=st.sampled_from(["official", "fused"]), seed=st.integers(0, 2 ** 16))
+@example(weights="packed", tp=2, rows=5, kind="dspark", combine="official", seed=1)
+@example(weights="expanded", tp=4, rows=1, kind="mtp1", combine="official", seed=2)
+def test_moe_graph_launches_compute_the_reference(no_builds, weights, tp, rows, kind, combine, seed):
+    if tp == 4 and rows == 10:
+        rows = 5  # keep the example small
+    g = preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind=kind, moe_weights=weights,
+               moe_combine=combine)
     cyc, n, bad, funcs = replay_on_host(g, seed)
     subs = sum(c.op == "moe_routed" for c in cyc.commands)
-    assert n == tp * subs * (3 + 3 + 3)  # qdq, gate, combine + 3 per expert command, per rank and sub-block
+    # qdq, gate, combine (fused or official) + 3 per expert command, per rank and sub-block
+    assert n == tp * subs * (3 + 3 + 3)
+    assert sum(c.op == ("moe_combine_official" if combine == "official" else "moe_combine") for c in cyc.commands) == subs
     assert bad == {}
     fmts = {"mxfp4", "fp8"} if weights == "packed" else {"bf16"}
     assert {f.rsplit("_", 1)[1] for f in funcs if f.startswith("moe_up")} == fmts

@@ -100,6 +100,8 @@ class Binder:
             return [M.gate_launch(f, t["x"], t["weight"], t["bias"], t["ids"], t["weights"], rows, d, e, k)]
         if cmd.op == "moe_combine":
             return [M.combine_launch(f, t["slots"], t["shared"], t["ids"], t["out"], rows, k, d)]
+        if cmd.op == "moe_combine_official":
+            return [M.combine_official_launch(f, t["slots"], t["shared"], t["ids"], t["out"], rows, k, d)]
         routed = cmd.op == "moe_routed"
         packed = g.moe.weights == "packed" and not var.expanded
         fmt = ("mxfp4" if routed else "fp8") if packed else "bf16"
