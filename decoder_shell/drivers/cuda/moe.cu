@@ -339,6 +339,14 @@ extern "C" __global__ void __launch_bounds__(256) moe_combine_official(const flo
   out[(size_t)t * D + d] = f2bf(acc);
 }
 
+// ---- round to bf16: the last step of the fused combine (gate candidate `combine=fused`) -----------------
+extern "C" __global__ void __launch_bounds__(256) moe_round_bf16(const float* x, bf16_t* out, int n) {
+  pdl_wait();
+  pdl_trigger();
+  int i = blockIdx.x * 256 + threadIdx.x;
+  if (i < n) out[i] = f2bf(x[i]);
+}
+
 // ---- decode once: a packed weight stack to bf16 (the `moe-expanded` candidate, untimed) -------------
 // rows x K codes (MXFP4: K/2 bytes a row, low nibble the even input; FP8: K bytes) with E8M0 scales
 // [rows / srows, K/32] (srows 1 for MXFP4, 32 for FP8 32x32 blocks): out = bf16(code * 2^(s-127)),
