@@ -21,7 +21,7 @@ import numpy as np
 from .act_qdq import QAct, act_qdq
 from .allreduce import RingContract, allreduce
 from .expert import expert
-from .moe_gate import moe_gate
+from .moe_gate import TOP_K, moe_gate
 from .numerics import F32, to_bf16
 from .qlinear import QWeight
 from .quant import QuantInputError, check_grid
@@ -138,12 +138,12 @@ def rank_partials(xq: QAct, ids, rw, experts, shared: ExpertWeights, rank: int, 
 
 
 def moe_tp(x, gate_weight, gate_bias, experts, shared: ExpertWeights, ranks: int, mode: str,
-           contract: RingContract = RingContract(accumulation="fp32")) -> dict:
+           contract: RingContract = RingContract(accumulation="fp32"), top_k: int = TOP_K) -> dict:
     """The TP MoE: every rank's partials and the combined bf16 output (identical on every rank)."""
     if mode not in COMBINE_MODES:
         raise QuantInputError(f"combine mode must be one of {COMBINE_MODES}, not {mode!r}")
     xq = act_qdq(x)
-    ids, rw = moe_gate(x, gate_weight, gate_bias)
+    ids, rw = moe_gate(x, gate_weight, gate_bias, top_k)
     parts = [rank_partials(xq, ids, rw, experts, shared, r, ranks) for r in range(ranks)]
     if mode == "official":
         slot_sum = allreduce([p[0] for p in parts], contract)
