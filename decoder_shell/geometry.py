@@ -192,10 +192,11 @@ PRESETS = {
     "dsv4-flash": dict(hidden=4096, layers=43),
     "dsv4-pro": dict(hidden=7168, layers=61),
     # MoE drafts (docs/MOE.md): the draft phase's FFN sub-blocks are real quantized MoE commands.
-    "tiny-moe": dict(hidden=64, layers=1, moe=MoeShape(experts=8, top_k=3, width=128)),
+    # Both combine the MoE in the model's own arithmetic (exact-official) unless --moe-combine fused.
+    "tiny-moe": dict(hidden=64, layers=1, moe=MoeShape(experts=8, top_k=3, width=128, combine="official")),
     # DeepSeek-V4.1-Flash-1017 DSpark draft (hidden 5120, 128 routed experts, top-3, width 2304); the
     # verify phase is a one-layer skeleton: this preset measures the draft.
-    "dsv41-draft": dict(hidden=5120, layers=1, moe=MoeShape(experts=128, top_k=3, width=2304)),
+    "dsv41-draft": dict(hidden=5120, layers=1, moe=MoeShape(experts=128, top_k=3, width=2304, combine="official")),
 }
 
 

@@ -17,8 +17,10 @@ from decoder_shell.geometry import MOE_CHAINS, preset
 from decoder_shell.replay.compare import mismatches
 
 
-def moe_geometry(weights="packed", tp=2, rows=5, kind="dspark"):
-    return preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind=kind, moe_weights=weights)
+def moe_geometry(weights="packed", tp=2, rows=5, kind="dspark", combine="fused"):
+    """The fused combine mode (the official one: tests/test_moe_official.py)."""
+    return preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind=kind, moe_weights=weights,
+                  moe_combine=combine)
 
 
 @pytest.fixture(scope="module")

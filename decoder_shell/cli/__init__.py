@@ -79,7 +79,7 @@ def add_geometry_args(p: argparse.ArgumentParser) -> None:
                    help="MoE presets: expert weights as official codes + scales or decoded bf16 (default packed)")
     p.add_argument("--moe-combine", default=None, choices=("official", "fused"),
                    help="MoE presets: exact-official combine (per-slot fp32 all-reduce, bf16 per expert in "
-                        "ascending id) or fused (one fp32 all-reduce); default: the preset's (docs/MOE.md)")
+                        "ascending id; the default) or fused (one fp32 all-reduce, one rounding; docs/MOE.md)")
 
 
 def geometry_from(args):
