@@ -79,7 +79,7 @@ def decide(v: dict) -> tuple[str, str, str, list[str]]:
         else:
             exact_verdict = "DIFFERENT CONTRACT, MISMATCH"
             reasons.append(f"candidate computes a different contract: mismatching elements per rank {counts}, "
-                           f"largest difference per rank {[f'{u:g}' for u in ulps]} ulp (first: {cand['first']})")
+                           "largest difference per rank [" + ", ".join(f"{u:g}" for u in ulps) + f"] ulp (first: {cand['first']})")
             reasons_note = None
     elif cand_exact:
         exact_verdict = "exact"
