@@ -176,7 +176,27 @@ def check_case(dev, cu, stream, rng, t, d, e, i, counts, weights=None):
             c = counts.setdefault(name, [0, 0])
             c[0] += int(g.size)
             c[1] += mismatches(g, w)
+    check_official_ties(dev, cu, stream, rng, m, counts)
     return m
+
+
+def check_official_ties(dev, cu, stream, rng, m, counts):
+    """moe_combine_official on sums over many binades with a third of them exactly halfway between two
+    bf16 values (round-to-nearest-even decides), against contracts.moe.official_epilogue."""
+    t, k, d = m.t, m.k, m.d
+    ids = np.stack([rng.permutation(m.e)[:k] for _ in range(t)]).astype(I32)
+    slots = (rng.standard_normal((t, k, d)) * np.exp2(rng.integers(-20, 20, (t, k, d)))).astype(F32)
+    ties = rng.random((t, k, d)) < 0.3
+    slots[ties] = (to_bf16(slots[ties]).astype(F32).view(np.uint32) | 0x8000).view(F32)
+    shared = (rng.standard_normal((t, d)) * 4).astype(F32)
+    for ptr, a in ((m.slots, slots), (m.ysh, shared), (m.ids, ids)):
+        cu.cuMemcpyHtoD(ptr, a.ctypes.data, a.nbytes)
+    dev.launch(m.combine_official(), stream)
+    cu.cuStreamSynchronize(stream)
+    got = dev.download(m.out_official, (t, d), np.uint16)
+    c = counts.setdefault("combine official (bf16 ties)", [0, 0])
+    c[0] += int(got.size)
+    c[1] += mismatches(got, official_epilogue(slots, shared, ids).view(np.uint16))
 
 
 def expected(x, r, sh, gw, gb, k):
