@@ -219,3 +219,20 @@ def test_gate_reports_no_mismatch_where_the_modes_cannot_differ(tmp_path_factory
     # not exact by construction, so never called so: a different contract that matched on these inputs
     assert v["exactness_verdict"] == "DIFFERENT CONTRACT, no mismatch seen" and v["verdict"] == "UNTIMED"
     assert any("does not make it exact" in r for r in v["reasons"])
+
+
+@pytest.mark.parametrize("combine, reason", [("official", "manifest is missing"),
+                                             ("both", "'both' is not one of")])
+def test_relabelled_combine_mode_is_one_line_exit_2(tmp_path, combine, reason):
+    """A fused corpus whose sealed geometry claims another combine mode: the cycle it describes is not
+    the one its manifests hold (or the mode does not exist); verify and replay say so in one line."""
+    from conftest import assert_one_line_error
+    from decoder_shell.corpus.store import seal
+    path = tmp_path / "c"
+    synth(geometry(rows=2, combine="fused"), path, seed=5, recipe_min_bytes=1 << 30)
+    d = json.loads((path / "corpus.json").read_text())
+    d["geometry"]["moe"]["combine"] = combine
+    d["digest"] = seal(d)
+    (path / "corpus.json").write_text(json.dumps(d, indent=1, sort_keys=True) + "\n")
+    assert_one_line_error(run_shell("verify", path), 2, reason)
+    assert_one_line_error(run_shell("replay", path, "--driver", "cpu", "--epochs", "1"), 2, reason)
