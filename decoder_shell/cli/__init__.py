@@ -77,13 +77,17 @@ def add_geometry_args(p: argparse.ArgumentParser) -> None:
                    help="hc_pre's layer input is RMSNorm(collapse) * norm_weight, as vLLM computes it")
     p.add_argument("--moe-weights", default=None, choices=("packed", "expanded"),
                    help="MoE presets: expert weights as official codes + scales or decoded bf16 (default packed)")
+    p.add_argument("--moe-combine", default=None, choices=("official", "fused"),
+                   help="MoE presets: exact-official combine (per-slot fp32 all-reduce, bf16 per expert in "
+                        "ascending id; the default) or fused (one fp32 all-reduce, one rounding; docs/MOE.md)")
 
 
 def geometry_from(args):
     from ..geometry import preset
     return preset(args.preset, tp=args.tp, verify_rows=args.verify_rows, draft_rows=args.draft_rows,
                   draft_kind=args.draft_kind, reduce_dtype=args.reduce_dtype,
-                  moe_weights=getattr(args, "moe_weights", None), fused_norm=getattr(args, "fused_norm", False))
+                  moe_weights=getattr(args, "moe_weights", None), fused_norm=getattr(args, "fused_norm", False),
+                  moe_combine=getattr(args, "moe_combine", None))
 
 
 def open_corpus(path, require_seal: bool = True):
