@@ -37,7 +37,7 @@ SPREAD_SMEM_FLOATS = 11008  # SP_SMEM_FLOATS of moe_routed.cu
 SPREAD_THREADS = 256  # the spread kernels' largest block
 SPREAD_MAX_BATCH = 4  # SP_MAX_BATCH of moe_routed.cu: an expert's slots per pass
 SPREAD_UP_ROWS, SPREAD_DOWN_ROWS = 8, 32  # SP_UP_ROWS, SP_DOWN_ROWS: output rows per block
-KERNELS = ("moe_qdq", "moe_gate", "moe_combine", "moe_expand",
+KERNELS = ("moe_qdq", "moe_gate", "moe_combine", "moe_combine_official", "moe_round_bf16", "moe_expand",
            *(f"moe_{s}_{f}" for s in ("up", "down") for f in FORMATS),
            *(f"moe_{s}_spread_{f}" for s in ("up", "down") for f in FORMATS))
 
@@ -168,6 +168,20 @@ def combine_launch(funcs: dict, slots: int, shared: int, ids: int, out: int, row
                   u64(ids), u64(out), C.c_int(rows), C.c_int(topk), C.c_int(d), pdl=True)
 
 
+def combine_official_launch(funcs: dict, slots: int, shared: int, ids: int, out: int, rows: int, topk: int, d: int):
+    """The exact-official epilogue on the all-reduced fp32 slot and shared sums; bf16 out [rows, d]."""
+    from .args import Launch
+    return Launch(funcs["moe_combine_official"], (-(-d // 256), rows, 1), (256, 1, 1), u64(slots), u64(shared),
+                  u64(ids), u64(out), C.c_int(rows), C.c_int(topk), C.c_int(d), pdl=True)
+
+
+def round_launch(funcs: dict, x: int, out: int, n: int):
+    """fp32 [n] -> bf16 [n], round to nearest even (the fused combine's one rounding)."""
+    from .args import Launch
+    return Launch(funcs["moe_round_bf16"], (max(1, -(-n // 256)), 1, 1), (256, 1, 1), u64(x), u64(out), C.c_int(n),
+                  pdl=True)
+
+
 def expand_launch(funcs: dict, tables: int, fmt: str, codes: int, scales: int, out: int, rows: int, k: int):
     """Decode a packed stack of `rows` weight rows of width k (MXFP4 or FP8 blocks) once to bf16."""
     from .args import Launch
@@ -247,6 +261,9 @@ class MoeDevice:
 
     def combine(self, slots: int, shared: int, ids: int, out: int, rows: int, topk: int, d: int):
         return combine_launch(self.funcs, slots, shared, ids, out, rows, topk, d)
+
+    def combine_official(self, slots: int, shared: int, ids: int, out: int, rows: int, topk: int, d: int):
+        return combine_official_launch(self.funcs, slots, shared, ids, out, rows, topk, d)
 
     def launch(self, launches, stream) -> None:
         for ln in launches:

@@ -94,6 +94,9 @@ _ALL = [
             linear="spread"),
     Variant("moe-warp", "MoE expert commands on the warp-per-row linear kernels (moe.cu; same bits) "
             "(select: experts)", Target.MOE, ops=EXPERT_OPS, linear="warp"),
+    Variant("fused", "the fused MoE combine in place of the exact-official chain (select: combine): per rank the "
+            "slots summed in fp32 with the shared partial, one fp32 all-reduce, one bf16 rounding; a different "
+            "contract, whose mismatches the gate reports", Target.MOE, ops=("moe_combine_official",)),
 ]
 VARIANTS: dict[str, Variant] = {v.name: v for v in _ALL}
 BASELINE = VARIANTS["baseline"]
