@@ -98,8 +98,8 @@ def test_spread_constants_match_the_kernel_source():
     assert int(re.search(r"#define SP_UP_ROWS (\d+)", src).group(1)) == moe.spread_rows(2)
     assert int(re.search(r"#define SP_DOWN_ROWS (\d+)", src).group(1)) == moe.spread_rows(1)
     assert "__launch_bounds__(256, MIN_BLOCKS)" in src and moe.SPREAD_THREADS == 256
-    # up at K = 5120: one slot of 5120 + 2 x 8 x 160 floats; down at K = 1152: four of 1152 + 32 x 36
-    assert moe.spread_shared_bytes(5120, 2) == 4 * 7680 and moe.spread_shared_bytes(1152, 1) == 4 * 4 * 2304
+    # up at K = 5120: one slot of 5120 + 2 x 16 x 160 floats; down at K = 1152: four of 1152 + 32 x 36
+    assert moe.spread_shared_bytes(5120, 2) == 4 * 10240 and moe.spread_shared_bytes(1152, 1) == 4 * 4 * 2304
 
 
 def _prmt(a: int, b: int, sel: int) -> int:

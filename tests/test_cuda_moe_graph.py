@@ -304,9 +304,10 @@ def test_spread_launch_geometry():
     kw = dict(xc=1, xs=2, ids=3, rw=4, rows=5, topk=3, act_per_slot=False, w=5, s=6, experts=128, out=7)
     funcs = {n: n for n in M.KERNELS}
     for stage, mats, n, k, name, grid in (
-            ("up", 2, 1152, 5120, "moe_up_spread_mxfp4", (15, 144, 1)),
-            ("up", 2, 1152, 7328, "moe_up_spread_mxfp4", (15, 144, 1)),
-            ("up", 2, 1152, 7360, "moe_up_mxfp4", (15, 144, 1)),
+            ("up", 2, 1152, 5120, "moe_up_spread_mxfp4", (15, 72, 1)),
+            ("up", 2, 1152, 5504, "moe_up_spread_mxfp4", (15, 72, 1)),
+            ("up", 2, 1152, 5536, "moe_up_mxfp4", (15, 144, 1)),
+            ("up", 2, 1160, 5120, "moe_up_mxfp4", (15, 145, 1)),
             ("down", 1, 5120, 1152, "moe_down_spread_mxfp4", (15, 160, 1)),
             ("down", 1, 5120 + 8, 1152, "moe_down_mxfp4", (15, 641, 1))):
         spread = M.linear_launch(funcs, 0, stage, "mxfp4", n=n, k=k, mats=mats, kernel="spread", **kw)

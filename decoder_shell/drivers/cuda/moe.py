@@ -36,7 +36,7 @@ DEFAULT_LINEAR = "warp"
 SPREAD_SMEM_FLOATS = 11008  # SP_SMEM_FLOATS of moe_routed.cu
 SPREAD_THREADS = 256  # the spread kernels' largest block
 SPREAD_MAX_BATCH = 4  # SP_MAX_BATCH of moe_routed.cu: an expert's slots per pass
-SPREAD_UP_ROWS, SPREAD_DOWN_ROWS = 8, 32  # SP_UP_ROWS, SP_DOWN_ROWS: output rows per block
+SPREAD_UP_ROWS, SPREAD_DOWN_ROWS = 16, 32  # SP_UP_ROWS, SP_DOWN_ROWS: output rows per block
 KERNELS = ("moe_qdq", "moe_gate", "moe_combine", "moe_combine_official", "moe_round_bf16", "moe_expand",
            *(f"moe_{s}_{f}" for s in ("up", "down") for f in FORMATS),
            *(f"moe_{s}_spread_{f}" for s in ("up", "down") for f in FORMATS))

@@ -1,7 +1,7 @@
 // The expert linears with their group sums spread evenly over the block (`moe_up_spread_*`,
 // `moe_down_spread_*`; docs/MOE.md "Spread kernels"). Same MoeLin arguments and block columns as
 // moe.cu's warp-per-row kernels (block column x: the x-th smallest distinct expert id), ROWS output rows
-// per block row (up 8, down 32: block row y has rows ROWS*y ..), same bits: only who computes which
+// per block row (up 16, down 32: block row y has rows ROWS*y ..), same bits: only who computes which
 // group sum changes, never the order of a sum.
 //
 // Why: the warp-per-row kernels look every code up in a shared-memory table (two loads per product)
@@ -249,11 +249,12 @@ __device__ __forceinline__ void moe_spread(const MoeLin& a) {
   }
 }
 
-// Output rows per block: up 8 (each task already does two matrices; K = 5120 gives 1280 tasks), down 32
-// (K = 1152: 36 groups a row; 8 rows would leave a block 4.6 KB of weights and much fixed cost).
+// Output rows per block: up 16 (K = 5120: 2560 tasks, ten rounds of 256 threads), down 32 (K = 1152: 36
+// groups a row). A block's fixed cost (expert pick, slot list, activation decode, three barriers) is
+// paid once for that many rows; 8 rows left a down block 4.6 KB of weights.
 // Minimum blocks per SM: up 2 (128 registers), down 3; ptxas spills at most a few bytes
 // (tests/test_cuda_moe_build.py prints the report).
-#define SP_UP_ROWS 8
+#define SP_UP_ROWS 16
 #define SP_DOWN_ROWS 32
 #define MOE_SPREAD(name, FMT, EPI, ROWS, MIN_BLOCKS)                                                \
   extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS) name(const MoeLin a) { moe_spread<FMT, EPI, ROWS>(a); }
