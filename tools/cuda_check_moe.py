@@ -442,8 +442,12 @@ def main():
             hbm = uniq * per_expert[fmt] / bw * 1e3
             row[f"{fmt} HBM ms"] = hbm
             for kern in KERNELS:
-                ms = graph_time(cu, stream, dev, m.routed(fmt, kern), args.reps)
+                launches = m.routed(fmt, kern)
+                ms = graph_time(cu, stream, dev, launches, args.reps)
                 row[f"{fmt} {kern} ms"], row[f"{fmt} {kern} / HBM"] = ms, ms / hbm
+                if fmt == "mxfp4":  # where the time goes: each of the three launches alone
+                    for part, ln in zip(("up", "qdq", "down"), launches):
+                        row[f"{fmt} {kern} {part} ms"] = graph_time(cu, stream, dev, [ln], args.reps)
         for kern in KERNELS:
             row[f"shared fp8 {kern} ms"] = graph_time(cu, stream, dev, m.shared("fp8", kern), args.reps)
         row["front (qdq+gate) ms"] = graph_time(cu, stream, dev, m.front(), args.reps)
