@@ -154,3 +154,29 @@ def test_e4m3_encoding_ties_and_edges(target):
     x[0, -1] = to_bf16(np.float32(448.0))  # keeps the scale at 2^0
     _, _, codes, _ = qdq(dev, tab, x)
     assert np.array_equal(codes, act_qdq(x).codes)
+
+
+def test_gpu_check_tool_compares_every_output_with_the_cpu_driver(target, tmp_path):
+    """tools/level_zero_moe_check.py (what a user with an Intel GPU runs) on the SYCL path here: exit 0
+    with every epoch of the four tiny-moe corpora exact; a MoE command left out is caught (exit 1),
+    named, and counted on every rank."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "level_zero_moe_check.py"
+    out = tmp_path / "r.json"
+    ok = subprocess.run([sys.executable, str(tool), "--device", "cpu", "--epochs", "1", "--changed", "1",
+                         "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "EXACT: 4 MoE corpora" in ok.stdout
+    res = json.loads(out.read_text())["results"]
+    assert len(res) == 4 and all([e["kind"] for e in r["epochs"]] == ["graph", "eager", "changed"]
+                                 and all(e["elements"] > 0 for e in r["epochs"]) for r in res.values())
+    bad = subprocess.run([sys.executable, str(tool), "--device", "cpu", "--epochs", "1", "--changed", "0",
+                          "--delete", "moe_combine", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "MISMATCH" in bad.stdout and "moe_combine.out" in bad.stdout
+    res = json.loads(out.read_text())["results"]
+    assert all(all(r["per_rank"]) and r["by_op"]["moe_combine"] > 0 for r in res.values())
