@@ -180,3 +180,41 @@ def test_gpu_check_tool_compares_every_output_with_the_cpu_driver(target, tmp_pa
     assert "MISMATCH" in bad.stdout and "moe_combine.out" in bad.stdout
     res = json.loads(out.read_text())["results"]
     assert all(all(r["per_rank"]) and r["by_op"]["moe_combine"] > 0 for r in res.values())
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.sampled_from([1, 2]), st.integers(1, 8), st.sampled_from(["dspark", "mtp1"]),
+       st.sampled_from(["packed", "expanded"]))
+def test_every_pointer_argument_lies_in_its_allocation(tp, rows, kind, weights):
+    """plan.arena / plan.locate, the binding rule of both level-zero paths: every pointer argument of
+    every launch lies inside its allocation; arena regions are aligned, disjoint and hold their bytes;
+    a view is exactly its rank's slice; a rank's MoE launches touch only that rank's slices."""
+    from decoder_shell.commands.program import build_cycle
+    from decoder_shell.contracts.allreduce import RingContract
+    from decoder_shell.drivers.level_zero import plan as planning
+    from decoder_shell.geometry import preset
+
+    cyc = build_cycle(preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind=kind, moe_weights=weights),
+                      RingContract())
+    plan = planning.build_plan(cyc, planning.group_size(256))
+    layout = planning.arena(plan)
+    spans = sorted(layout.regions.values())
+    assert spans and all(o % planning.ARENA_ALIGN == 0 for o, _ in spans)
+    assert all(a[0] + a[1] <= b[0] for a, b in zip(spans, spans[1:])) and spans[-1][0] + spans[-1][1] <= layout.nbytes
+    size = {planning.ARENA: layout.nbytes, **{b.id: max(b.nbytes, 1) * cyc.ranks for b in cyc.buffers}}
+    moe = 0
+    for launch in plan:
+        for a in launch.args:
+            where = planning.locate(cyc, layout, a)
+            if where is None:
+                assert a.kind in planning.SCALARS
+                continue
+            space, offset, n = where
+            assert 0 <= offset and offset + n <= size[space], (launch.kernel, a)
+            if a.kind == "view":
+                bid, rank = a.value
+                assert rank == launch.rank and (offset, n) == (rank * cyc.buffers[bid].nbytes, cyc.buffers[bid].nbytes)
+            if a.kind == "scratch":
+                moe += 1
+                assert a.value[1] == launch.rank and n == a.value[3]
+    assert moe > 0
