@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from decoder_shell.contracts.act_qdq import QAct, act_qdq
 from decoder_shell.contracts.expert import expert, swiglu
-from decoder_shell.contracts.moe import ExpertWeights, combine_slots, routed_slots
+from decoder_shell.contracts.moe import ExpertWeights, combine_slots, official_epilogue, routed_slots
 from decoder_shell.contracts.moe_gate import moe_gate
 from decoder_shell.contracts.numerics import F32, to_bf16
 from decoder_shell.contracts.qlinear import QWeight, expand, linear
@@ -144,6 +144,23 @@ def test_moe_kernels_match_contracts(target, t, d, e, i, seed):
     assert np.array_equal(bits(dev.get(out, (t, d), F32)), bits(combine_slots(want_slots, ids, want_sh)))
 
 
+@SETTINGS
+@given(st.integers(1, 6), st.sampled_from([32, 64, 96]), st.integers(1, 4), st.integers(0, 2**31 - 1))
+def test_moe_combine_official_matches_contract(target, t, d, k, seed):
+    """The exact-official epilogue kernel on all-reduced partials, including values on bf16 ties."""
+    rng = np.random.default_rng(seed)
+    dev = Dev(target)
+    ids = np.stack([rng.permutation(8)[:k] for _ in range(t)]).astype(np.int32)
+    slots = (rng.standard_normal((t, k, d)) * np.exp2(rng.integers(-20, 20, (t, k, d)))).astype(F32)
+    ties = rng.random((t, k, d)) < 0.3  # exactly halfway between two bf16 values
+    slots[ties] = (to_bf16(slots[ties]).astype(F32).view(np.uint32) | 0x8000).view(F32)
+    shared = (rng.standard_normal((t, d)) * 4).astype(F32)
+    out = dev.buf(nbytes=t * d * 2)
+    dev.run("moe_combine_official", [dev.buf(slots), dev.buf(shared), dev.buf(ids), out, u32(t), u32(k), u32(d)], t * d)
+    want = official_epilogue(slots, shared, ids)
+    assert np.array_equal(dev.get(out, (t, d), np.uint16), want.view(np.uint16))
+
+
 def test_e4m3_encoding_ties_and_edges(target):
     """RNE ties to the even code, subnormals, +-0, the clamp at 448: against ml_dtypes."""
     dev = Dev(target)
@@ -158,8 +175,8 @@ def test_e4m3_encoding_ties_and_edges(target):
 
 def test_gpu_check_tool_compares_every_output_with_the_cpu_driver(target, tmp_path):
     """tools/level_zero_moe_check.py (what a user with an Intel GPU runs) on the SYCL path here: exit 0
-    with every epoch of the four tiny-moe corpora exact; a MoE command left out is caught (exit 1),
-    named, and counted on every rank."""
+    with every epoch of the six tiny-moe corpora (both combine modes) exact; a MoE command left out is
+    caught (exit 1), named, and counted on every rank of every corpus that has it."""
     import json
     import subprocess
     import sys
@@ -170,22 +187,24 @@ def test_gpu_check_tool_compares_every_output_with_the_cpu_driver(target, tmp_pa
     ok = subprocess.run([sys.executable, str(tool), "--device", "cpu", "--epochs", "1", "--changed", "1",
                          "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "EXACT: 4 MoE corpora" in ok.stdout
+    assert "EXACT: 6 MoE corpora" in ok.stdout
     res = json.loads(out.read_text())["results"]
-    assert len(res) == 4 and all([e["kind"] for e in r["epochs"]] == ["graph", "eager", "changed"]
+    assert len(res) == 6 and all([e["kind"] for e in r["epochs"]] == ["graph", "eager", "changed"]
                                  and all(e["elements"] > 0 for e in r["epochs"]) for r in res.values())
     bad = subprocess.run([sys.executable, str(tool), "--device", "cpu", "--epochs", "1", "--changed", "0",
                           "--delete", "moe_combine", "--json", str(out)], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "MISMATCH" in bad.stdout and "moe_combine.out" in bad.stdout
     res = json.loads(out.read_text())["results"]
-    assert all(all(r["per_rank"]) and r["by_op"]["moe_combine"] > 0 for r in res.values())
+    fused = {n: r for n, r in res.items() if n.endswith("fused")}
+    assert len(fused) == 2 and all(all(r["per_rank"]) and r["by_op"]["moe_combine"] > 0 for r in fused.values())
+    assert not any(any(r["per_rank"]) for n, r in res.items() if n not in fused)  # no moe_combine to leave out
 
 
 @settings(max_examples=12, deadline=None)
 @given(st.sampled_from([1, 2]), st.integers(1, 8), st.sampled_from(["dspark", "mtp1"]),
-       st.sampled_from(["packed", "expanded"]))
-def test_every_pointer_argument_lies_in_its_allocation(tp, rows, kind, weights):
+       st.sampled_from(["packed", "expanded"]), st.sampled_from(["official", "fused"]))
+def test_every_pointer_argument_lies_in_its_allocation(tp, rows, kind, weights, combine):
     """plan.arena / plan.locate, the binding rule of both level-zero paths: every pointer argument of
     every launch lies inside its allocation; arena regions are aligned, disjoint and hold their bytes;
     a view is exactly its rank's slice; a rank's MoE launches touch only that rank's slices."""
@@ -194,8 +213,8 @@ def test_every_pointer_argument_lies_in_its_allocation(tp, rows, kind, weights):
     from decoder_shell.drivers.level_zero import plan as planning
     from decoder_shell.geometry import preset
 
-    cyc = build_cycle(preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind=kind, moe_weights=weights),
-                      RingContract())
+    cyc = build_cycle(preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind=kind, moe_weights=weights,
+                             moe_combine=combine), RingContract())
     plan = planning.build_plan(cyc, planning.group_size(256))
     layout = planning.arena(plan)
     spans = sorted(layout.regions.values())

@@ -22,7 +22,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "tests"))
 import level_zero_null  # noqa: E402
+import ze_null_sequence  # noqa: E402
 
 from decoder_shell.drivers.level_zero import plan as planning  # noqa: E402
 
@@ -93,23 +95,25 @@ def _every_handle_destroyed(stderr: str):
 
 
 def test_moe_cycles_run_in_level_zero_command_lists(sequence):
-    """Every tiny-moe TP2 cycle (packed and expanded weights, dspark and mtp1 drafts): each MoE command
+    """Every tiny-moe TP2 cycle (packed and expanded weights, dspark and mtp1 drafts, official and fused
+    combine): each MoE command
     is in the command list, all of it validates, 3 epochs run, and every handle is destroyed."""
     got, stderr = sequence
-    assert sorted(got["moe"]) == ["expanded-dspark", "expanded-mtp1", "packed-dspark", "packed-mtp1"]
+    assert sorted(got["moe"]) == sorted("-".join(c) for c in ze_null_sequence.MOE_CASES) and len(got["moe"]) == 8
     for case, m in got["moe"].items():
-        assert set(m["kernels"]) >= {"moe_qdq", "moe_gate", "moe_linear", "moe_combine"}, case
+        combine = "moe_combine_official" if case.endswith("official") else "moe_combine"
+        assert set(m["kernels"]) >= {"moe_qdq", "moe_gate", "moe_linear", combine}, case
         assert m["appended"] == m["launches"] and m["epochs"] == 3 and m["ranks_timed"] == 2, case
         assert m["arena_bytes"] > 0, case
         # the routed and shared commands stage h in the arena: both paths bind the same regions
         assert any(a[:2] == ["ptr", "arena"] for b in m["bindings"] if b["kernel"] == "moe_linear"
                    for a in b["args"]), case
     stages = {c: sum(b["kernel"] == "moe_gate" for b in m["bindings"]) for c, m in got["moe"].items()}
-    assert stages == {"packed-dspark": 6, "expanded-dspark": 6, "packed-mtp1": 2, "expanded-mtp1": 2}  # x 2 ranks
+    assert stages == {c: 6 if "dspark" in c else 2 for c in got["moe"]}  # stages x 2 ranks
     _every_handle_destroyed(stderr)
 
 
-@pytest.mark.parametrize("case", ["packed-dspark", "expanded-dspark", "packed-mtp1", "expanded-mtp1"])
+@pytest.mark.parametrize("case", ["-".join(c) for c in ze_null_sequence.MOE_CASES])
 def test_moe_command_list_binds_the_plan_the_sycl_path_runs(sequence, case):
     """The Level Zero command list of an MoE cycle launches the very kernels, work sizes and argument
     bytes that the SYCL path executes (and replays exactly: tests/test_moe_cycle.py): pointers as
@@ -117,15 +121,10 @@ def test_moe_command_list_binds_the_plan_the_sycl_path_runs(sequence, case):
     checked one."""
     target = _sycl_target()
     _needs(target, "Intel's OpenCL CPU runtime (the SYCL path to compare with)")
-    from decoder_shell.commands.program import build_cycle
-    from decoder_shell.contracts.allreduce import RingContract
     from decoder_shell.drivers.level_zero.sycl_session import SyclSession
-    from decoder_shell.geometry import preset
 
     got, _ = sequence
-    weights, kind = case.split("-")
-    cyc = build_cycle(preset("tiny-moe", tp=2, verify_rows=2, draft_rows=5, draft_kind=kind, moe_weights=weights),
-                      RingContract())
+    cyc = ze_null_sequence.moe_cycle(*case.split("-"))
     session = SyclSession(cyc, target)
     try:
         spaces = [*range(len(cyc.buffers)), planning.ARENA]
@@ -142,6 +141,7 @@ def test_moe_command_list_binds_the_plan_the_sycl_path_runs(sequence, case):
     finally:
         session.close()
     ze_side = got["moe"][case]["bindings"]
-    assert len(ze_side) == len(sycl) and any(b["kernel"] == "moe_combine" for b in sycl)
+    combine = "moe_combine_official" if case.endswith("official") else "moe_combine"
+    assert len(ze_side) == len(sycl) and any(b["kernel"] == combine for b in sycl)
     for i, (z, s) in enumerate(zip(ze_side, sycl)):
         assert z == s, f"launch {i}"

@@ -3,7 +3,7 @@ environment enables the loader's null driver and the validation layer's checks. 
 does not validate raises (ZeError); the last line printed is a JSON summary.
 
 Cycles: a dense one (all-reduce and mHC), and the tiny-moe MoE cycles (TP2; packed and expanded
-weights; dspark and mtp1 drafts). For each MoE cycle, every kernel launch the command list received
+weights; dspark and mtp1 drafts; official and fused combine). For each MoE cycle, every kernel launch the command list received
 is recorded from the Level Zero calls themselves (kernel name, group size and count, the bytes of
 every argument, a pointer named by its allocation and offset), so the test can compare it with the
 launches the SYCL path executes.
@@ -24,8 +24,14 @@ from decoder_shell.drivers.level_zero import spirv, ze
 from decoder_shell.drivers.level_zero.ze_program import ZeProgram
 from decoder_shell.geometry import Geometry, preset
 
-#: (weights, draft kind) of the MoE cycles run here.
-MOE_CASES = (("packed", "dspark"), ("expanded", "dspark"), ("packed", "mtp1"), ("expanded", "mtp1"))
+#: (weights, draft kind, combine mode) of the MoE cycles run here: every combination.
+MOE_CASES = tuple((w, k, c) for c in ("official", "fused") for k in ("dspark", "mtp1") for w in ("packed", "expanded"))
+
+
+def moe_cycle(weights: str, kind: str, combine: str):
+    """The tiny-moe TP2 cycle of one case (the test builds the SYCL path's from the same function)."""
+    return build_cycle(preset("tiny-moe", tp=2, verify_rows=2, draft_rows=5, draft_kind=kind, moe_weights=weights,
+                              moe_combine=combine), RingContract())
 
 
 class RecordingLoader(ze.Loader):
@@ -107,10 +113,7 @@ def main(libdir: str, group: int) -> dict:
     dense = run_cycle(loader, context, device,
                       build_cycle(Geometry(preset="random", hidden=2048, layers=2, ranks=2, verify_rows=2,
                                            draft_rows=1), RingContract()), group, il)
-    moe = {f"{w}-{kind}": run_cycle(loader, context, device,
-                                    build_cycle(preset("tiny-moe", tp=2, verify_rows=2, draft_rows=5, draft_kind=kind,
-                                                       moe_weights=w), RingContract()), group, il)
-           for w, kind in MOE_CASES}
+    moe = {"-".join(case): run_cycle(loader, context, device, moe_cycle(*case), group, il) for case in MOE_CASES}
     p = c_void_p()
     loader.zeMemAllocDevice(context, byref(ze.DeviceMemAllocDesc(stype=ze.STYPE_DEVICE_MEM_ALLOC_DESC)), 4096, 64,
                             device, byref(p))

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The MoE cycle on a Level Zero GPU against the cpu driver, every output of every rank, one command.
 
-For tiny-moe TP2 corpora (packed and expanded expert weights, dspark and mtp1 drafts, T = 5 rows) it
+For tiny-moe TP2 corpora (packed and expanded expert weights, dspark and mtp1 drafts, exact-official and
+fused combine, T = 5 rows) it
 synthesizes the corpus, loads the cycle on the level-zero driver and on the cpu driver (the contracts),
 feeds both the same inputs and compares every output buffer of every rank bit for bit after: graph
 epochs (the immutable command list), one eager epoch (SYCL submissions), and changed epochs (new inputs
@@ -33,7 +34,9 @@ from decoder_shell.geometry import MOE_OPS, preset  # noqa: E402
 from decoder_shell.replay.compare import compare_outputs  # noqa: E402
 from decoder_shell.replay.engine import load_inputs, prepare  # noqa: E402
 
-CASES = (("packed", "dspark"), ("expanded", "dspark"), ("packed", "mtp1"), ("expanded", "mtp1"))
+#: (weights, draft kind, combine mode): the preset's exact-official combine in every form, the fused one twice.
+CASES = (("packed", "dspark", "official"), ("expanded", "dspark", "official"), ("packed", "mtp1", "official"),
+         ("expanded", "mtp1", "official"), ("packed", "dspark", "fused"), ("expanded", "mtp1", "fused"))
 
 
 def outputs(session, cycle) -> list[dict]:
@@ -75,7 +78,8 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=3, help="graph epochs per corpus")
     ap.add_argument("--changed", type=int, default=2, help="changed epochs per corpus")
     ap.add_argument("--rows", type=int, default=5, help="draft rows T")
-    ap.add_argument("--delete", choices=MOE_OPS, help="leave this MoE command out (the check must then fail)")
+    ap.add_argument("--delete", choices=MOE_OPS, help="leave this MoE command out (the check must then fail where "
+                                                      "the cycle has it)")
     ap.add_argument("--json", type=Path, help="write the per-corpus results here")
     args = ap.parse_args(argv)
     if args.epochs < 1 or args.changed < 0 or args.rows < 1:
@@ -89,10 +93,11 @@ def main(argv=None) -> int:
         driver = LevelZeroDriver(args.device)
         results = {}
         with tempfile.TemporaryDirectory(prefix="lz-moe-") as tmp:
-            for weights, kind in CASES:
-                name = f"tiny-moe {weights} {kind}"
-                g = preset("tiny-moe", tp=2, verify_rows=2, draft_rows=args.rows, draft_kind=kind, moe_weights=weights)
-                corpus = synth(g, Path(tmp) / f"{weights}-{kind}", seed=3)
+            for weights, kind, combine in CASES:
+                name = f"tiny-moe {weights} {kind} {combine}"
+                g = preset("tiny-moe", tp=2, verify_rows=2, draft_rows=args.rows, draft_kind=kind, moe_weights=weights,
+                           moe_combine=combine)
+                corpus = synth(g, Path(tmp) / f"{weights}-{kind}-{combine}", seed=3)
                 results[name] = check_case(driver, corpus, args.epochs, args.changed, args.delete)
     except ShellError as e:
         print(f"level_zero_moe_check: {e}", file=sys.stderr)
