@@ -21,7 +21,7 @@ from ...commands.program import Cycle
 from ...errors import MismatchError, UsageError
 from . import steps as S
 from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin
-from .kernels import SOURCE
+from .kernels import SOURCE, sinkhorn_flags
 from .session import CudaSession
 
 PERSISTENT_SOURCE = (Path(__file__).with_name("persistent.cu")).read_text()
@@ -84,7 +84,7 @@ class PersistentSession(CudaSession):
         self.trace = False
         self.opg = S.outputs_per_unit(cycle)
         src, self.entry = source(self.opg, fast_q(cycle.geometry.hidden))
-        mod = self.modules._load(compile_cubin(src, self.arch, FMA_FLAGS if fma else EXACT_FLAGS,
+        mod = self.modules._load(compile_cubin(src, self.arch, (*(FMA_FLAGS if fma else EXACT_FLAGS), *sinkhorn_flags()),
                                                name="persistent.cu"))
         self.func = cu.cuModuleGetFunction(mod, self.entry.encode())
         attr = cu.bindings.CUdevice_attribute
