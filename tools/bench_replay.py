@@ -13,6 +13,7 @@ with its mismatching elements against the contracts. All times: CUDA events, war
 over epochs, slowest rank; ratios last.
 
     python tools/bench_replay.py [--rows 1 2 4 8] [--tp 4] [--epochs 50] [--persistent]
+                                 [--sinkhorn-forms regs regs-shared]
                                  [--vllm-src /path/to/vllm-src] [--only-main] [--json out.json]
 """
 
@@ -38,9 +39,19 @@ from decoder_shell.replay.compare import mismatches  # noqa: E402
 from torch_baseline import cycle_runner, device_values, event_ms, graph_of  # noqa: E402
 
 
-def shell_times(drv, cyc, values, expected, variants, epochs, warmup=10):
-    """Median slowest-rank ms per cycle of graph epochs, and the mismatch count of a checked epoch."""
-    with drv.load(cyc, variants) as s:
+def shell_times(drv, cyc, values, expected, variants, epochs, warmup=10, sinkhorn=None):
+    """Median slowest-rank ms per cycle of graph epochs, and the mismatch count of a checked epoch.
+    sinkhorn: the Sinkhorn form its kernels are built with (DECODER_SHELL_CUDA_SINKHORN while loading)."""
+    import os
+    old = os.environ.get("DECODER_SHELL_CUDA_SINKHORN")
+    if sinkhorn:
+        os.environ["DECODER_SHELL_CUDA_SINKHORN"] = sinkhorn
+    try:
+        s = drv.load(cyc, variants)
+    finally:
+        if sinkhorn:
+            os.environ.pop("DECODER_SHELL_CUDA_SINKHORN") if old is None else os.environ.update(DECODER_SHELL_CUDA_SINKHORN=old)
+    with s:
         for r in range(cyc.ranks):
             for bid, a in values[r].items():
                 s.write(r, bid, a)
@@ -148,6 +159,8 @@ def main():
     ap.add_argument("--vllm-paths", nargs="+", default=["triton", "tilelang"], choices=["triton", "tilelang"])
     ap.add_argument("--only-main", action="store_true",
                     help="baseline, persistent, floor, torch graph and peers only (no eager torch, no ablation rows)")
+    ap.add_argument("--sinkhorn-forms", nargs="*", default=[], choices=["lanes", "regs", "regs-shared"],
+                    help="also the graph path and the persistent cycle with these Sinkhorn forms (same run)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     drv = get_driver("cuda", placement="emulated")
@@ -166,6 +179,10 @@ def main():
         if persistent is not None:
             configs["shell persistent"] = (persistent, {})
             configs["shell persistent, row flags"] = (flags, {})
+        for form in args.sinkhorn_forms:  # same commands, the Sinkhorn built in another (bit-identical) form
+            configs[f"shell baseline, sinkhorn {form}"] = (drv, {}, form)
+            if persistent is not None:
+                configs[f"shell persistent, sinkhorn {form}"] = (persistent, {}, form)
         if not args.only_main:
             configs.update({"shell baseline, plain edges (no PDL)": (plain, {}),
                             "shell grid-barrier mHC": (drv, {i: "grid-barrier" for i in mh}),
@@ -176,8 +193,8 @@ def main():
             configs[f"shell fused-m{m}"] = (drv, {i: f"fused-m{m}" for i in mh})
         configs["floor: empty kernels"] = (drv, {c.index: "empty" for c in cyc.commands})
         row = {"M": m, "tp": args.tp, "commands_per_rank": len(cyc.commands)}
-        for name, (d, v) in configs.items():
-            med, bad, nodes = shell_times(d, cyc, values, expected, v, args.epochs)
+        for name, (d, v, *form) in configs.items():
+            med, bad, nodes = shell_times(d, cyc, values, expected, v, args.epochs, sinkhorn=form[0] if form else None)
             row[name] = {"ms": med, "mismatches": bad if "empty" not in name else None, "kernel_nodes": nodes}
         if not args.no_torch:
             eager, graph = torch_times(cyc, values, eager_reps=0 if args.only_main else 3)

@@ -22,9 +22,15 @@ is exact, the FMA build is caught and the watchdog fired.
 
     python tools/persistent_check.py --out $OUT [--vllm-src /path/holding/vllm] [--cases 16]
 
---quick (under 4 minutes on an H200 from a cold kernel cache): the same stages with fewer cases and
-epochs (8 random cases, 4 with row flags, 30 + 8 replay epochs), the profile at M=2 and M=8 in the
-default build only (row flags at M=2), and a 200 s budget.
+0. (after the bench) tools/sinkhorn_bench.py: the post/comb chain's pieces timed inside one warp per
+   Sinkhorn form (`lanes`, the default; `regs`, `regs-shared`), every output checked bit-for-bit; and
+   the other forms (--sinkhorn-forms) through the persistent kernel on random cycles; the bench
+   carries a graph-path row and a persistent row per form (DECODER_SHELL_CUDA_SINKHORN), same run.
+
+--quick (under 8 minutes on an H200 from a cold kernel cache): the same stages with fewer cases and
+epochs (8 random cases, 4 with row flags, 2 per other Sinkhorn form, 30 + 8 replay epochs), the
+bench with the last of --sinkhorn-forms only, the micro-benchmark without its ptxas report, the
+profile at M=2 and M=8 in the default build only (row flags at M=2), and a 330 s budget.
 """
 
 from __future__ import annotations
@@ -99,15 +105,21 @@ def main():
     ap.add_argument("--vllm-src", type=Path, help="folder holding vllm/ (or a .tgz of vLLM's .py files)")
     ap.add_argument("--vllm-paths", nargs="+", default=["triton", "tilelang"], choices=["triton", "tilelang"])
     ap.add_argument("--budget", type=float, default=510.0, help="seconds; no stage starts after this")
-    ap.add_argument("--quick", action="store_true", help="fewer cases and epochs, default build only (< 4 min)")
+    ap.add_argument("--quick", action="store_true", help="fewer cases and epochs, default build only (< 8 min)")
+    ap.add_argument("--sinkhorn-forms", nargs="*", default=["regs", "regs-shared"],
+                    choices=["lanes", "regs", "regs-shared"],
+                    help="Sinkhorn forms besides the default: micro-benchmarked, checked on random cycles, benched")
     args = ap.parse_args()
     if args.quick:
         args.cases, args.epochs, args.changed = min(args.cases, 8), min(args.epochs, 30), min(args.changed, 8)
-        args.bench_epochs, args.budget = min(args.bench_epochs, 20), min(args.budget, 200.0)
+        args.bench_epochs, args.budget = min(args.bench_epochs, 20), min(args.budget, 330.0)
+    bench_forms = args.sinkhorn_forms[-1:] if args.quick else args.sinkhorn_forms  # the M table: one form when quick
     flag_epochs, flag_changed = (10, 2) if args.quick else (20, 4)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     st = Stages(args.budget)
+    bench_text: list = []
+    micro_text: list = []
     try:
         pdrv = get_driver("cuda", placement="emulated", cycle="persistent")
     except ShellError as e:
@@ -126,6 +138,25 @@ def main():
         summary = self_check(fdrv, max(4, args.cases // 2), args.seed + 1, variants=False)
         summary["failures"] = summary["failures"][:5]
         return summary, summary["mismatching_elements"] == 0 and summary["elements_compared"] > 0
+
+    def sinkhorn_bench():  # 0. the post/comb chain's pieces per Sinkhorn form, every output checked
+        rc, text = sh([sys.executable, "tools/sinkhorn_bench.py", "--json", str(out / "sinkhorn.json"),
+                       *(["--no-registers"] if args.quick else [])], out / "sinkhorn.log", min(150.0, st.left()))
+        micro_text.append(text)
+        v = json.loads((out / "sinkhorn.json").read_text()) if (out / "sinkhorn.json").exists() else {}
+        return ({"exit": rc, **{f: {"exact": r["exact"], **r["mismatches"]} for f, r in v.get("forms", {}).items()}},
+                rc == 0)
+
+    def random_forms():  # the other Sinkhorn forms through the persistent kernel, random cycles
+        res = {}
+        for form in args.sinkhorn_forms:
+            os.environ["DECODER_SHELL_CUDA_SINKHORN"] = form
+            try:
+                summary = self_check(pdrv, max(2, args.cases // 4), args.seed + 2, variants=False)
+            finally:
+                del os.environ["DECODER_SHELL_CUDA_SINKHORN"]
+            res[form] = {k: summary[k] for k in ("elements_compared", "mismatching_elements")}
+        return res, all(r["mismatching_elements"] == 0 and r["elements_compared"] > 0 for r in res.values())
 
     def fma():  # ... and the FMA build caught
         values = injected_values(cyc, [args.seed, 99999])
@@ -199,11 +230,10 @@ def main():
             print(persistent_profile.render(p) + "\n", flush=True)
         return {p["kernel"] + f" M={p['M']}": round(p["cycle_ms"], 4) for p in prof}, True
 
-    bench_text = []
-
     def bench():  # 6. the bench, in its own process
         cmd = [sys.executable, "tools/bench_replay.py", "--rows", "1", "2", "4", "8", "--epochs",
-               str(args.bench_epochs), "--persistent", "--only-main", "--json", str(out / "bench.json")]
+               str(args.bench_epochs), "--persistent", "--only-main", "--json", str(out / "bench.json"),
+               "--sinkhorn-forms", *bench_forms]
         if args.vllm_src:
             cmd += ["--vllm-src", str(args.vllm_src), "--vllm-paths", *args.vllm_paths]
         rc, text = sh(cmd, out / "bench.log", min(330.0, st.left()))
@@ -222,7 +252,9 @@ def main():
     # the bench first, in its own process (its persistent rows carry their own mismatch counts), then
     # the exactness checks, then the rest: a stage past the budget is skipped, not cut
     st.run("bench", bench)
+    st.run("sinkhorn micro-benchmark", sinkhorn_bench)
     st.run("random cases", random_cases)
+    st.run("random cases, other sinkhorn forms", random_forms)
     st.run("random cases, row flags", random_flags)
     st.run("fma build", fma)
     st.run("watchdog", watchdog)
@@ -232,6 +264,8 @@ def main():
     st.run("processes placement", processes)
     st.run("bench --tp 1", bench_tp1)
     (out / "check.json").write_text(json.dumps(st.res, indent=1, default=str))
+    for text in micro_text:
+        print(text.strip() or f"(sinkhorn bench: see {out})")
     for text in bench_text:
         print(text[text.find("\ncuda"):] if "\ncuda" in text else f"(bench: see {out})")
     print("| check | result |\n|---|---|")

@@ -73,11 +73,15 @@ def inputs(rows: int, seed: int = 26):
     n = 1 << 20
     bits = rng.integers(0, 1 << 32, (2, n), dtype=np.uint64).astype(np.uint32)
     da, db = bits[0].view(F32).copy(), bits[1].view(F32).copy()
-    k = n // 4  # a quarter near the shared-reciprocal path's bounds and a quarter in Sinkhorn's own range
+    k = n // 4  # quarters: near div_by's bounds, Sinkhorn's own range, near-tie quotients, random bits
     for arr in (da, db):
         e = rng.choice([66, 67, 68, 185, 186, 187], k).astype(np.uint32)
         arr[:k] = ((e << 23) | rng.integers(0, 1 << 23, k).astype(np.uint32)).view(F32)
         arr[k:2 * k] = rng.uniform(1e-6, 4.0, k).astype(F32)
+    # near-tie quotients: denominators with an all-ones (or nearly) mantissa, numerators with an empty one
+    e = rng.integers(60, 194, (2, k)).astype(np.uint32)
+    db[2 * k:3 * k] = ((e[0] << 23) | ((1 << 23) - 1 - rng.integers(0, 8, k).astype(np.uint32))).view(F32)
+    da[2 * k:3 * k] = ((e[1] << 23) | rng.integers(0, 8, k).astype(np.uint32)).view(F32)
     da[:8] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3e-39, 1.0]
     db[8:16] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3e-39, 1.0]
     return logits, part, base, scale, da, db
