@@ -125,8 +125,28 @@ extern "C" __global__ void __launch_bounds__(32) sinkhorn_bench(const BenchArgs 
   for (int i = 0; i < 16; i++) x = SUB(pexp(x), 1.5f);
   use(sink, x);
   c[14] = clk();
+  // the fold of the all-reduce folded into a boundary: 4 elements of 4 ranks (Q = 4 at D = 4096), the
+  // dsv4-flash contract (one chunk per rank, start at the owner - 1, direction -1, bf16 hop rounding)
+  Ring ring;
+  ring.n = 2 * a.D, ring.ranks = 4, ring.cpr = 1, ring.per = 0, ring.offset = -1, ring.dir = -1, ring.hop = 1;
+  ring.segments = 1, ring.is_bf16 = 1;
+  float xr[4][MAXR];
+#pragma unroll
+  for (int q = 0; q < 4; q++)
+#pragma unroll
+    for (int r = 0; r < MAXR; r++) xr[q][r] = round_bf(ADD(x, (float)(q * MAXR + r)));
+  float xs[4];
+  c[15] = clk();
+#pragma unroll
+  for (int q = 0; q < 4; q++) xs[q] = ring_fold_loaded(xr[q], ring, t + q * LANES);
+  use(sink, xs[0]);
+  use(sink, xs[1]);
+  use(sink, xs[2]);
+  use(sink, xs[3]);
+  const long long c_fold = clk() - c[15];
   if (t == 0) {
     long long* o = a.cycles + (size_t)blockIdx.x * 16;
+    o[11] = c_fold;        // fold of 4 elements, 4 ranks
     o[0] = c[1] - c[0];    // partial loads
     o[1] = c[2] - c[1];    // block_mix
     o[2] = c[3] - c[2];    // sigmoid (post)

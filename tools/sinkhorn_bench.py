@@ -41,7 +41,7 @@ PIECES = {0: ("partial loads (16 __ldcg)", 1), 1: ("block_mix", 1), 2: ("sigmoid
           3: ("softmax + first division", 1), 4: ("sinkhorn_lane whole (softmax + 39 half-iterations)", 1),
           5: ("post_comb_from whole", 1), 6: ("__fdiv_rn, dependent", 32), 7: ("recip + div_by, dependent", 32),
           8: ("div_by one reciprocal, dependent", 32), 9: ("4 shuffles + 4 adds, dependent", 32),
-          10: ("pexp, dependent", 16)}
+          10: ("pexp, dependent", 16), 11: ("ring fold of 4 elements x 4 ranks (Q=4)", 1)}
 
 
 class BenchArgs(C.Structure):
