@@ -147,15 +147,17 @@ def main():
         return ({"exit": rc, **{f: {"exact": r["exact"], **r["mismatches"]} for f, r in v.get("forms", {}).items()}},
                 rc == 0)
 
-    def random_forms():  # the other Sinkhorn forms through the persistent kernel, random cycles
+    def random_forms():  # the other Sinkhorn forms, random cycles, persistent kernel and graph path
         res = {}
+        gdrv = get_driver("cuda", placement="emulated")
         for form in args.sinkhorn_forms:
             os.environ["DECODER_SHELL_CUDA_SINKHORN"] = form
             try:
-                summary = self_check(pdrv, max(2, args.cases // 4), args.seed + 2, variants=False)
+                for kind, d in (("persistent", pdrv), ("graph", gdrv)):
+                    summary = self_check(d, max(2, args.cases // 4), args.seed + 2, variants=kind == "graph")
+                    res[f"{form} {kind}"] = {k: summary[k] for k in ("elements_compared", "mismatching_elements")}
             finally:
                 del os.environ["DECODER_SHELL_CUDA_SINKHORN"]
-            res[form] = {k: summary[k] for k in ("elements_compared", "mismatching_elements")}
         return res, all(r["mismatching_elements"] == 0 and r["elements_compared"] > 0 for r in res.values())
 
     def fma():  # ... and the FMA build caught
@@ -238,7 +240,10 @@ def main():
             cmd += ["--vllm-src", str(args.vllm_src), "--vllm-paths", *args.vllm_paths]
         rc, text = sh(cmd, out / "bench.log", min(330.0, st.left()))
         bench_text.append(text)
-        return {"exit": rc}, rc == 0
+        rows = json.loads((out / "bench.json").read_text())["rows"] if (out / "bench.json").exists() else []
+        bad = {n: sum(r[n]["mismatches"] for r in rows if n in r) for n in (rows[0] if rows else {})
+               if n.startswith("shell") and isinstance(rows[0][n], dict) and rows[0][n].get("mismatches") is not None}
+        return {"exit": rc, "mismatching": bad}, rc == 0 and bool(bad) and not any(bad.values())
 
     def bench_tp1():  # 7. one rank, M=2
         cmd = [sys.executable, "tools/bench_replay.py", "--tp", "1", "--rows", "2", "--epochs", str(args.bench_epochs),

@@ -18,6 +18,7 @@ struct BenchArgs {
   float* q_rn;            // [ndiv] __fdiv_rn
   float* q_shared;        // [ndiv] div_by(a, recip(b))
   long long* cycles;      // [blocks][16] clock64 per piece (lane 0)
+  const float* w;         // [blocks][4 warps][128][32] weights for sinkhorn_contended (64 KB a block)
   int rows, iters, D, ndiv;
   float eps, norm_eps;
 };
@@ -160,4 +161,45 @@ extern "C" __global__ void __launch_bounds__(32) sinkhorn_bench(const BenchArgs 
     o[10] = c[14] - c[13]; // 16 x pexp
     o[15] = __float_as_int(sink);  // keeps the chains alive
   }
+}
+
+// The chain as the persistent kernel runs it: every warp of a 128-thread block has just issued its 128
+// weight loads (f[16][8] of a unit, 64 KB a block) when warp 0 starts post_comb_from; warps 1-3 wait
+// at the block barrier. Shuffles go through the same memory pipeline queue as those loads, so this
+// times the chain behind them (piece 12) and the same block without the loads (piece 13).
+template <bool LOADS>
+__device__ __forceinline__ void contended(const BenchArgs& a, long long* o) {
+  const int t = threadIdx.x, w = t >> 5, l = t & 31;
+  const int m0 = blockIdx.x * 2 < a.rows ? blockIdx.x * 2 : 0;
+  __shared__ float pc[HC + HC * HC];
+  float sink = 0.0f;
+  float f[128];
+  if (LOADS) {
+    const float* src = a.w + ((size_t)blockIdx.x * 4 + w) * 128 * 32 + l;
+#pragma unroll
+    for (int i = 0; i < 128; i++) f[i] = __ldg(src + i * 32);
+  }
+  float v[LANES / BLOCK], ss[LANES / BLOCK];
+  if (w == 0) row_partials<24>(a.partials, m0, l < 24 ? l : 0, v, ss);
+  MhcArgs ma;
+  ma.D = a.D, ma.norm_eps = a.norm_eps, ma.hc_eps = a.eps, ma.sinkhorn_iters = a.iters, ma.scale = a.scale, ma.base = a.base;
+  const long long c0 = clk();
+  if (w == 0) post_comb_from(ma, m0, v, ss, pc, pc + HC);
+  __syncthreads();
+  use(sink, pc[HC + 15]);
+  const long long c1 = clk();
+  if (LOADS) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 128; i++) acc = ADD(acc, f[i]);
+    use(sink, acc);
+  }
+  if (t == 0) o[LOADS ? 12 : 13] = c1 - c0;
+  if (t == 0) o[14] = __float_as_int(sink);
+}
+extern "C" __global__ void __launch_bounds__(128) sinkhorn_contended(const BenchArgs a) {
+  long long* o = a.cycles + (size_t)blockIdx.x * 16;
+  contended<true>(a, o);
+  __syncthreads();
+  contended<false>(a, o);
 }

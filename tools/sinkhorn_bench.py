@@ -4,7 +4,9 @@ The persistent cycle's critical chain at the start of a step is warp 0's: the pr
 block_mix, the sigmoid, the softmax and 39 dependent Sinkhorn half-iterations. This tool times each
 piece inside one warp with clock64 (tools/sinkhorn_bench.cu, built on kernels.cu + persistent.cu once
 per SINKHORN_FORM: `lanes`, `regs`, `regs-shared`), plus the atoms of a half-iteration (a division
-alone, a division by a shared reciprocal, a shuffle round, pexp), and checks every output against the
+alone, a division by a shared reciprocal, a shuffle round, pexp, the ring fold), the chain again in a
+128-thread block whose four warps have just issued a unit's 128 weight loads each (as in the persistent
+kernel: shuffles share the memory pipeline's queue with loads) and without them, and checks every output against the
 numpy contracts: the comb of random logits over many binades (contracts.mhc.sinkhorn), post and comb
 from random lane-group partials (contracts.mhc.mhc_split of the mixes block_mix makes), and the
 quotients of __fdiv_rn and div_by over every fp32 binade with zeros, subnormals, infinities and NaN.
@@ -41,12 +43,14 @@ PIECES = {0: ("partial loads (16 __ldcg)", 1), 1: ("block_mix", 1), 2: ("sigmoid
           3: ("softmax + first division", 1), 4: ("sinkhorn_lane whole (softmax + 39 half-iterations)", 1),
           5: ("post_comb_from whole", 1), 6: ("__fdiv_rn, dependent", 32), 7: ("recip + div_by, dependent", 32),
           8: ("div_by one reciprocal, dependent", 32), 9: ("4 shuffles + 4 adds, dependent", 32),
-          10: ("pexp, dependent", 16), 11: ("ring fold of 4 elements x 4 ranks (Q=4)", 1)}
+          10: ("pexp, dependent", 16), 11: ("ring fold of 4 elements x 4 ranks (Q=4)", 1),
+          12: ("post_comb_from behind 4 warps x 128 weight loads", 1),
+          13: ("post_comb_from, 4-warp block, no loads", 1)}
 
 
 class BenchArgs(C.Structure):
     _fields_ = [(n, C.c_uint64) for n in ("logits", "comb", "partials", "base", "scale", "post", "comb2",
-                                         "da", "db", "q_rn", "q_shared", "cycles")] + \
+                                         "da", "db", "q_rn", "q_shared", "cycles", "w")] + \
                [(n, C.c_int) for n in ("rows", "iters", "D", "ndiv")] + [("eps", C.c_float), ("norm_eps", C.c_float)]
 
 
@@ -116,7 +120,8 @@ def registers() -> dict:
         for opg in (4, 8):
             src, entry = source(opg, D // 1024)
             r.update({k: v for k, v in ptxas_report(src, "sm_90", flags(form), "persistent.cu").items() if k == entry})
-        out[name] = {k: v for k, v in r.items() if k in ("sinkhorn_bench", "sinkhorn_kernel") or k.startswith("persistent_")}
+        out[name] = {k: v for k, v in r.items()
+                     if k in ("sinkhorn_bench", "sinkhorn_contended", "sinkhorn_kernel") or k.startswith("persistent_")}
     return out
 
 
@@ -142,11 +147,15 @@ def run(rows: int = 2048, regs: bool = True) -> dict:
         for n, shp in outs.items():
             ptrs[n] = int(cu.cuMemAlloc(int(np.prod(shp)) * 4))
         ptrs["cycles"] = int(cu.cuMemAlloc(blocks * 16 * 8))
+        wbytes = blocks * 4 * 128 * 32 * 4  # 64 KB of weights a block (sinkhorn_contended)
+        ptrs["w"] = int(cu.cuMemAlloc(wbytes))
+        cu.cuMemsetD8(ptrs["w"], 0, wbytes)
         for name, form in SINKHORN_FORMS.items():
             mod = cu.cuModuleLoadData(compile_cubin(bench_source(form), drv.arch, flags(form), "sinkhorn_bench.cu"))
             try:
                 func = cu.cuModuleGetFunction(mod, b"sinkhorn_bench")
-                a = BenchArgs(**{k: int(ptrs[k]) for k in (*host, *outs, "cycles")}, rows=rows,
+                contended = cu.cuModuleGetFunction(mod, b"sinkhorn_contended")
+                a = BenchArgs(**{k: int(ptrs[k]) for k in (*host, *outs, "cycles", "w")}, rows=rows,
                               iters=DEFAULT.sinkhorn_iters, D=D, ndiv=int(da.size), eps=DEFAULT.hc_eps,
                               norm_eps=DEFAULT.norm_eps)
                 params = (C.c_void_p * 1)(C.addressof(a))
@@ -158,6 +167,11 @@ def run(rows: int = 2048, regs: bool = True) -> dict:
                     cu.cuCtxSynchronize()
                     c = np.zeros((blocks, 16), np.int64)
                     cu.cuMemcpyDtoH(c.ctypes.data, ptrs["cycles"], c.nbytes)
+                    cu.cuLaunchKernel(contended, blocks, 1, 1, 128, 1, 1, 0, 0, C.addressof(params), 0)
+                    cu.cuCtxSynchronize()
+                    c2 = np.zeros((blocks, 16), np.int64)
+                    cu.cuMemcpyDtoH(c2.ctypes.data, ptrs["cycles"], c2.nbytes)
+                    c[:, 12:14] = c2[:, 12:14]
                     cyc.append(c)
                 got = {}
                 for n, shp in outs.items():
