@@ -236,3 +236,32 @@ def test_bench_reference_is_the_contract_on_its_own_inputs():
     _, want_post, want_comb = mhc_split(mix[None], base, scale, 4, DEFAULT)
     assert (post[5].view(np.uint32) == want_post[0].view(np.uint32)).all()
     assert (comb2[5].view(np.uint32) == want_comb[0].reshape(16).view(np.uint32)).all()
+
+
+def test_a_bench_build_sets_the_form_and_the_late_weights_and_restores_the_environment(monkeypatch):
+    import os
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from bench_replay import FORMS, sinkhorn_form
+    from decoder_shell.drivers.cuda.kernels import sinkhorn_flags
+    from decoder_shell.drivers.cuda.persistent import late_flags
+    monkeypatch.delenv("DECODER_SHELL_CUDA_SINKHORN", raising=False)
+    monkeypatch.setenv("DECODER_SHELL_CUDA_PERSIST_LATE", "0")
+    assert "regs-shared+late" in FORMS and "lanes" in FORMS
+    with sinkhorn_form("regs-shared+late"):
+        assert sinkhorn_flags() == ("-DSINKHORN_FORM=2",) and late_flags() == ("-DPERSIST_LATE_WEIGHTS=1",)
+    with sinkhorn_form("regs"):
+        assert sinkhorn_flags() == ("-DSINKHORN_FORM=1",) and late_flags() == ()
+    assert "DECODER_SHELL_CUDA_SINKHORN" not in os.environ and os.environ["DECODER_SHELL_CUDA_PERSIST_LATE"] == "0"
+    assert sinkhorn_flags() == () and late_flags() == ()
+
+
+def test_late_weights_build_for_sm90_without_spills():
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, ptxas_report
+    from decoder_shell.drivers.cuda.persistent import source
+    src, entry = source(8, 4)  # the build every dsv4-flash cycle gets (8 outputs a unit, D = 4096)
+    r = ptxas_report(src, "sm_90", (*EXACT_FLAGS, "-DPERSIST_LATE_WEIGHTS=1", "-DSINKHORN_FORM=2"), "persistent.cu")[entry]
+    print(entry, r)
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0

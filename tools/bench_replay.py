@@ -43,24 +43,33 @@ from decoder_shell.replay.compare import mismatches  # noqa: E402
 from torch_baseline import cycle_runner, device_values, event_ms, graph_of  # noqa: E402
 
 
+#: Builds a bench row can ask for: a Sinkhorn form (kernels.SINKHORN_FORMS), "+late" for the persistent
+#: kernel with a unit's weights requested after post and comb (DECODER_SHELL_CUDA_PERSIST_LATE).
+FORMS = [f + late for f in ("lanes", "regs", "regs-shared") for late in ("", "+late")]
+
+
 @contextmanager
 def sinkhorn_form(name: str | None):
-    """DECODER_SHELL_CUDA_SINKHORN=name while a session builds its kernels (None: the environment's own)."""
-    key, old = "DECODER_SHELL_CUDA_SINKHORN", os.environ.get("DECODER_SHELL_CUDA_SINKHORN")
+    """The build `name` (FORMS) while a session compiles its kernels (None: the environment's own)."""
+    keys = ("DECODER_SHELL_CUDA_SINKHORN", "DECODER_SHELL_CUDA_PERSIST_LATE")
+    old = {k: os.environ.get(k) for k in keys}
     if name:
-        os.environ[key] = name
+        os.environ[keys[0]] = name.split("+")[0]
+        os.environ[keys[1]] = "1" if name.endswith("+late") else "0"
     try:
         yield
     finally:
-        if name and old is None:
-            del os.environ[key]
-        elif name:
-            os.environ[key] = old
+        if name:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 def shell_times(drv, cyc, values, expected, variants, epochs, warmup=10, sinkhorn=None):
     """Median slowest-rank ms per cycle of graph epochs, and the mismatch count of a checked epoch.
-    sinkhorn: the Sinkhorn form its kernels are built with (kernels.SINKHORN_FORMS; None: the default)."""
+    sinkhorn: the build its kernels get (FORMS; None: the default)."""
     with sinkhorn_form(sinkhorn):
         s = drv.load(cyc, variants)
     with s:
@@ -178,8 +187,9 @@ def main():
     ap.add_argument("--vllm-paths", nargs="+", default=["triton", "tilelang"], choices=["triton", "tilelang"])
     ap.add_argument("--only-main", action="store_true",
                     help="baseline, persistent, floor, torch graph and peers only (no eager torch, no ablation rows)")
-    ap.add_argument("--sinkhorn-forms", nargs="*", default=[], choices=["lanes", "regs", "regs-shared"],
-                    help="also the graph path and the persistent cycle with these Sinkhorn forms (same run)")
+    ap.add_argument("--sinkhorn-forms", nargs="*", default=[], choices=FORMS,
+                    help="also the graph path and the persistent cycle built with these Sinkhorn forms (same "
+                         "run; FORM+late: the persistent cycle only, weights requested after post and comb)")
     ap.add_argument("--torch-compile", type=int, nargs="*", default=[], metavar="M",
                     help="also torch.compile'd mHC in one CUDA graph at these M (inductor compiles once per M)")
     ap.add_argument("--json", type=Path)
@@ -201,7 +211,8 @@ def main():
             configs["shell persistent"] = (persistent, {})
             configs["shell persistent, row flags"] = (flags, {})
         for form in args.sinkhorn_forms:  # same commands, the Sinkhorn built in another (bit-identical) form
-            configs[f"shell baseline, sinkhorn {form}"] = (drv, {}, form)
+            if not form.endswith("+late"):
+                configs[f"shell baseline, sinkhorn {form}"] = (drv, {}, form)
             if persistent is not None:
                 configs[f"shell persistent, sinkhorn {form}"] = (persistent, {}, form)
         if not args.only_main:

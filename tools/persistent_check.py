@@ -22,15 +22,18 @@ is exact, the FMA build is caught and the watchdog fired.
 
     python tools/persistent_check.py --out $OUT [--vllm-src /path/holding/vllm] [--cases 16]
 
-0. (after the bench) tools/sinkhorn_bench.py: the post/comb chain's pieces timed inside one warp per
-   Sinkhorn form (`lanes`, the default; `regs`, `regs-shared`), every output checked bit-for-bit; and
-   the other forms (--sinkhorn-forms) through the persistent kernel on random cycles; the bench
-   carries a graph-path row and a persistent row per form (DECODER_SHELL_CUDA_SINKHORN), same run.
+0. (first) tools/sinkhorn_bench.py: the post/comb chain's pieces timed inside one warp per Sinkhorn
+   form (`lanes`, the default; `regs`, `regs-shared`), every output checked bit-for-bit; then the
+   other builds (--sinkhorn-forms: a form, +late for a unit's weights requested after post and comb)
+   through the persistent kernel (and the forms through the graph path) on random cycles; the bench
+   carries a graph-path row per form and a persistent row per build, same run, and the profile one
+   more M=2 entry for the newest build.
 
 --quick (under 8 minutes on an H200 from a cold kernel cache): the same stages with fewer cases and
-epochs (8 random cases, 4 with row flags, 2 per other Sinkhorn form, 30 + 8 replay epochs), the
-bench with the last of --sinkhorn-forms only, the micro-benchmark without its ptxas report, the
-profile at M=2 and M=8 in the default build only (row flags at M=2), and a 330 s budget.
+epochs (8 random cases, 4 with row flags, 2 per other build, 30 + 8 replay epochs), the bench with
+the last two of --sinkhorn-forms only (`regs-shared`, `regs-shared+late` by default), the
+micro-benchmark without its ptxas report, the profile at M=2 and M=8 in the default build (row flags
+and the newest build at M=2), and a 390 s budget.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from decoder_shell.drivers import get_driver  # noqa: E402
 from decoder_shell.errors import MismatchError, ShellError  # noqa: E402
 from decoder_shell.geometry import Geometry  # noqa: E402
 from decoder_shell.replay.selfcheck import run_case, self_check  # noqa: E402
+from bench_replay import FORMS, sinkhorn_form  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,14 +110,14 @@ def main():
     ap.add_argument("--vllm-paths", nargs="+", default=["triton", "tilelang"], choices=["triton", "tilelang"])
     ap.add_argument("--budget", type=float, default=510.0, help="seconds; no stage starts after this")
     ap.add_argument("--quick", action="store_true", help="fewer cases and epochs, default build only (< 8 min)")
-    ap.add_argument("--sinkhorn-forms", nargs="*", default=["regs", "regs-shared"],
-                    choices=["lanes", "regs", "regs-shared"],
-                    help="Sinkhorn forms besides the default: micro-benchmarked, checked on random cycles, benched")
+    ap.add_argument("--sinkhorn-forms", nargs="*", default=["regs", "lanes+late", "regs-shared", "regs-shared+late"],
+                    choices=FORMS, help="builds besides the default (bench_replay.FORMS): checked on random cycles "
+                                        "and benched; the micro-benchmark always times every form")
     args = ap.parse_args()
     if args.quick:
         args.cases, args.epochs, args.changed = min(args.cases, 8), min(args.epochs, 30), min(args.changed, 8)
-        args.bench_epochs, args.budget = min(args.bench_epochs, 20), min(args.budget, 330.0)
-    bench_forms = args.sinkhorn_forms[-1:] if args.quick else args.sinkhorn_forms  # the M table: one form when quick
+        args.bench_epochs, args.budget = min(args.bench_epochs, 20), min(args.budget, 390.0)
+    bench_forms = args.sinkhorn_forms[-2:] if args.quick else args.sinkhorn_forms  # the M table: two builds when quick
     flag_epochs, flag_changed = (10, 2) if args.quick else (20, 4)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -147,17 +151,16 @@ def main():
         return ({"exit": rc, **{f: {"exact": r["exact"], **r["mismatches"]} for f, r in v.get("forms", {}).items()}},
                 rc == 0)
 
-    def random_forms():  # the other Sinkhorn forms, random cycles, persistent kernel and graph path
+    def random_forms():  # the other builds, random cycles, persistent kernel and (Sinkhorn forms) graph path
         res = {}
         gdrv = get_driver("cuda", placement="emulated")
         for form in args.sinkhorn_forms:
-            os.environ["DECODER_SHELL_CUDA_SINKHORN"] = form
-            try:
+            with sinkhorn_form(form):
                 for kind, d in (("persistent", pdrv), ("graph", gdrv)):
+                    if kind == "graph" and form.endswith("+late"):
+                        continue
                     summary = self_check(d, max(2, args.cases // 4), args.seed + 2, variants=kind == "graph")
                     res[f"{form} {kind}"] = {k: summary[k] for k in ("elements_compared", "mismatching_elements")}
-            finally:
-                del os.environ["DECODER_SHELL_CUDA_SINKHORN"]
         return res, all(r["mismatching_elements"] == 0 and r["elements_compared"] > 0 for r in res.values())
 
     def fma():  # ... and the FMA build caught
@@ -221,6 +224,11 @@ def main():
         import persistent_profile
         prof.extend(persistent_profile.profile(m) for m in (2, 8))
         prof.extend(persistent_profile.profile(m, cycle="persistent-flags") for m in ((2,) if args.quick else (2, 8)))
+        for form in bench_forms[-1:]:  # the newest build, where its time goes
+            with sinkhorn_form(form):
+                p = persistent_profile.profile(2)
+            p["kernel"] += f", {form}"
+            prof.append(p)
         if not args.quick:
             os.environ["DECODER_SHELL_CUDA_PERSIST_OPG"] = "4"  # the other build, for the record
             try:
@@ -256,8 +264,8 @@ def main():
 
     # the bench first, in its own process (its persistent rows carry their own mismatch counts), then
     # the exactness checks, then the rest: a stage past the budget is skipped, not cut
-    st.run("bench", bench)
     st.run("sinkhorn micro-benchmark", sinkhorn_bench)
+    st.run("bench", bench)
     st.run("random cases", random_cases)
     st.run("random cases, other sinkhorn forms", random_forms)
     st.run("random cases, row flags", random_flags)

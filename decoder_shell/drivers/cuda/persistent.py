@@ -29,6 +29,12 @@ PERSISTENT_SOURCE = (Path(__file__).with_name("persistent.cu")).read_text()
 WATCHDOG_MS = 2000.0
 
 
+def late_flags() -> tuple[str, ...]:
+    """DECODER_SHELL_CUDA_PERSIST_LATE=1: a unit requests its weights after post and comb are made
+    (persistent.cu PERSIST_LATE_WEIGHTS; only when loads are issued changes, not a value)."""
+    return ("-DPERSIST_LATE_WEIGHTS=1",) if os.environ.get("DECODER_SHELL_CUDA_PERSIST_LATE", "0") == "1" else ()
+
+
 def source(opg: int, q: int) -> tuple[str, str]:
     entry = f"persistent_o{opg}_q{q}"
     wrapper = (f'extern "C" __global__ void __launch_bounds__({S.BLOCK}, 2) {entry}(const PArgs p) '
@@ -84,7 +90,7 @@ class PersistentSession(CudaSession):
         self.trace = False
         self.opg = S.outputs_per_unit(cycle)
         src, self.entry = source(self.opg, fast_q(cycle.geometry.hidden))
-        mod = self.modules._load(compile_cubin(src, self.arch, (*(FMA_FLAGS if fma else EXACT_FLAGS), *sinkhorn_flags()),
+        mod = self.modules._load(compile_cubin(src, self.arch, (*(FMA_FLAGS if fma else EXACT_FLAGS), *sinkhorn_flags(), *late_flags()),
                                                name="persistent.cu"))
         self.func = cu.cuModuleGetFunction(mod, self.entry.encode())
         attr = cu.bindings.CUdevice_attribute
