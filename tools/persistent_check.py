@@ -30,7 +30,7 @@ is exact, the FMA build is caught and the watchdog fired.
    more M=2 entry for the newest build.
 
 --quick (under 8 minutes on an H200 from a cold kernel cache): the same stages with fewer cases and
-epochs (8 random cases, 4 with row flags, 2 per other build, 30 + 8 replay epochs), the bench with
+epochs (8 random cases, 4 with row flags, 2 per benched build, 30 + 8 replay epochs), the bench with
 the last two of --sinkhorn-forms only (`regs-shared`, `regs-shared+late` by default), the
 micro-benchmark without its ptxas report, the profile at M=2 and M=8 in the default build (row flags
 and the newest build at M=2), and a 390 s budget.
@@ -154,7 +154,7 @@ def main():
     def random_forms():  # the other builds, random cycles, persistent kernel and (Sinkhorn forms) graph path
         res = {}
         gdrv = get_driver("cuda", placement="emulated")
-        for form in args.sinkhorn_forms:
+        for form in bench_forms:
             with sinkhorn_form(form):
                 for kind, d in (("persistent", pdrv), ("graph", gdrv)):
                     if kind == "graph" and form.endswith("+late"):
