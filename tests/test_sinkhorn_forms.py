@@ -191,7 +191,13 @@ def test_every_form_builds_for_sm90_without_spills(form, monkeypatch, tmp_path):
     bench = Path(__file__).resolve().parents[1] / "tools" / "sinkhorn_bench.cu"
     src, entry = source(4, 4)  # kernels.cu + persistent.cu + the persistent instance; the bench after it
     assert src.startswith(SOURCE + PERSISTENT_SOURCE)
-    rep = ptxas_report(src + bench.read_text(), "sm_90", flags, "sinkhorn_bench.cu")
+    import sys
+    sys.path.insert(0, str(bench.parent))
+    import ctypes as C
+    from sinkhorn_bench import BenchArgs
+    layout = "".join(f"static_assert(__builtin_offsetof(BenchArgs, {f}) == {getattr(BenchArgs, f).offset}, \"{f}\");\n"
+                     for f, _ in BenchArgs._fields_) + f"static_assert(sizeof(BenchArgs) == {C.sizeof(BenchArgs)}, \"size\");\n"
+    rep = ptxas_report(src + bench.read_text() + layout, "sm_90", flags, "sinkhorn_bench.cu")
     for name in ("sinkhorn_bench", "sinkhorn_contended", "sinkhorn_kernel", entry):
         r = rep[name]
         print(form, name, r)

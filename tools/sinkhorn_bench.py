@@ -188,7 +188,7 @@ def run(rows: int = 2048, regs: bool = True) -> dict:
             pieces = {}
             for i, (label, reps) in PIECES.items():
                 cycles = float(statistics.median(warm[:, i])) / reps
-                pieces[label] = {"cycles": round(cycles, 1), "ns": round(cycles / khz * 1e6, 1)}
+                pieces[label] = {"cycles": round(cycles, 1), "ns": round(cycles / khz * 1e6, 1) if khz > 0 else None}
             res["forms"][name] = {"mismatches": mism, "exact": not any(mism.values()), "pieces": pieces}
     finally:
         for p in ptrs.values():
@@ -205,7 +205,7 @@ def render(res: dict) -> str:
            "| piece | " + " | ".join(forms) + " |", "|---|" + "---|" * len(forms)]
     for label, _ in PIECES.values():
         out.append(f"| {label} | " + " | ".join(
-            f"{res['forms'][f]['pieces'][label]['cycles']:.0f} ({res['forms'][f]['pieces'][label]['ns']:.0f})"
+            f"{res['forms'][f]['pieces'][label]['cycles']:.0f} ({res['forms'][f]['pieces'][label]['ns'] or 0:.0f})"
             for f in forms) + " |")
     for key in res["forms"][forms[0]]["mismatches"]:
         out.append(f"| mismatching elements: {key} | " + " | ".join(
