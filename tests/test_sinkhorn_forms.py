@@ -271,3 +271,21 @@ def test_late_weights_build_for_sm90_without_spills():
     r = ptxas_report(src, "sm_90", (*EXACT_FLAGS, "-DPERSIST_LATE_WEIGHTS=1", "-DSINKHORN_FORM=2"), "persistent.cu")[entry]
     print(entry, r)
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0
+
+
+def test_every_kind_of_graph_kernel_instance_compiles_with_the_shared_reciprocal_form(tmp_path, monkeypatch):
+    """The graph path's callers of sinkhorn_lane (boundary kernels with the comb inline, the cluster
+    kernel, the Sinkhorn node) in the `regs-shared` form, every kind of instance (test_cuda_build's set)."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_cuda_build import _every_spec
+    from decoder_shell.drivers.cuda import kernels as K
+    from decoder_shell.drivers.cuda import nvrtc as N
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    specs = _every_spec()
+    cubin = N.compile_cubin(K.SOURCE + "".join(sp.wrapper() for sp in specs), "sm_90",
+                            (*N.EXACT_FLAGS, "-DSINKHORN_FORM=2"))
+    for name in [*K.ENTRIES, *(sp.entry for sp in specs)]:
+        assert name.encode() in cubin, name
