@@ -6,7 +6,8 @@ half of __fdiv_rn's sm_90 fast path (q0 = a*y, q = q0 + y*(a - b*q0)) on a recip
 __fdiv_rn's instruction for instruction (so the bits are __fdiv_rn's wherever its FCHK passes, which
 an operand range check does inside div_by's 2^-60 <= |a|, |b| < 2^60); here the sequence also runs
 with an exact fp32 FMA (numpy, TwoSum) and gives numpy's correctly rounded quotient with the
-correctly rounded reciprocal, and on a million random pairs with either neighbour of it. The forms
+correctly rounded reciprocal, and on a million random pairs with either neighbour of it; the
+`regs-shared` Sinkhorn transliterated with it equals contracts.mhc.sinkhorn bit for bit. The forms
 build for sm_90 without spills or stack; the device check is tools/sinkhorn_bench.py.
 """
 
@@ -289,3 +290,52 @@ def test_every_kind_of_graph_kernel_instance_compiles_with_the_shared_reciprocal
                             (*N.EXACT_FLAGS, "-DSINKHORN_FORM=2"))
     for name in [*K.ENTRIES, *(sp.entry for sp in specs)]:
         assert name.encode() in cubin, name
+
+
+def _div_by_or_div(a, b):
+    """kernels.cu div_by with the correctly rounded reciprocal, __fdiv_rn (numpy's division) outside its range."""
+    bits = lambda v: np.asarray(v, f32).view(np.uint32) & np.uint32(0x7FFFFFFF)  # noqa: E731
+    safe = lambda v: (bits(v) - np.uint32(0x21800000)) < np.uint32(0x3C000000)  # noqa: E731
+    with np.errstate(all="ignore"):
+        y0 = (f32(1) / np.asarray(b, f32)).astype(f32)
+        fast = div_by(a, np.broadcast_to(b, np.shape(a)), np.broadcast_to(y0, np.shape(a)))
+        return np.where(safe(a) & safe(b), fast, (np.asarray(a, f32) / b).astype(f32)).astype(f32)
+
+
+def _sinkhorn_regs_shared(logits, eps, iters):
+    """sinkhorn_lane's `regs-shared` form, transliterated: the softmax front as the lane form, then
+    sinkhorn_regs: column sums, div_by per entry, (row, column) x (iters - 1), each sum left to right + eps."""
+    c = np.asarray(logits, f32).reshape(-1, 4, 4)
+    e = _pexp(c - c.max(axis=-1, keepdims=True))
+    s = ((e[..., 0] + e[..., 1]) + e[..., 2]) + e[..., 3]
+    c = (e / s[..., None]).astype(f32) + f32(eps)
+    for it in range(2 * iters - 1):
+        if it % 2 == 0:
+            s = (((c[:, 0, :] + c[:, 1, :]) + c[:, 2, :]) + c[:, 3, :]) + f32(eps)
+            c = _div_by_or_div(c, np.broadcast_to(s[:, None, :], c.shape))
+        else:
+            s = (((c[:, :, 0] + c[:, :, 1]) + c[:, :, 2]) + c[:, :, 3]) + f32(eps)
+            c = _div_by_or_div(c, np.broadcast_to(s[:, :, None], c.shape))
+    return c
+
+
+def _pexp(x):
+    from decoder_shell.contracts.numerics import pexp
+    return pexp(x)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), lo=st.integers(-40, 12), eps_exp=st.sampled_from([-6, -3, -20, None]))
+def test_shared_reciprocal_sinkhorn_equals_the_contract(seed, lo, eps_exp):
+    """The `regs-shared` Sinkhorn (with the correctly rounded reciprocal) is the contract's bit for bit,
+    over logits of many binades and hc_eps values including 0 (tiny entries then take the fallback)."""
+    from decoder_shell.contracts.mhc import MhcParams, sinkhorn
+    rng = np.random.default_rng(seed)
+    logits = (rng.standard_normal((64, 4, 4)) * np.exp2(rng.uniform(lo, lo + 8, (64, 1, 1)))).astype(f32)
+    logits[::5] = logits[::5, :1, :1]
+    p = MhcParams(hc_eps=0.0 if eps_exp is None else 2.0 ** eps_exp)
+    with np.errstate(all="ignore"):
+        want = sinkhorn(logits, p)
+        got = _sinkhorn_regs_shared(logits, p.hc_eps, p.sinkhorn_iters)
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all()
