@@ -32,8 +32,13 @@ def op_tensors(b: Boundary, g: Geometry) -> list[TensorSpec]:
     if moe_ops.is_moe(b.op):
         return moe_ops.tensors(b, g, TensorSpec)
     if g.phase(b.phase).moe and b.sub_block in ("ffn", "head") and b.layer >= 0:
-        rd = "float32"  # a MoE sub-block reduces its fp32 combine output; the mHC reads the fp32 sum
+        # fused: a MoE sub-block reduces its fp32 combine output and the mHC reads the fp32 sum;
+        # exact-official: the mHC reads the bf16 output of moe_combine_official
+        rd = "bfloat16" if g.moe.combine == "official" else "float32"
     if b.op == "allreduce":
+        shape = moe_ops.reduce_shape(b, g)
+        if shape is not None:  # an exact-official MoE all-reduce: fp32 slot or shared partials
+            return [TensorSpec("x", "input", "float32", shape), TensorSpec("out", "output", "float32", shape)]
         return [TensorSpec("x", "input", rd, (m, d)), TensorSpec("out", "output", rd, (m, d))]
     n_mix = hc if b.op == "mhc_post_head" else (2 + hc) * hc
     params = [TensorSpec("fn", "param", "float32", (n_mix, hc * d)),
@@ -65,9 +70,7 @@ def links(b: Boundary, phase_boundaries: list[Boundary]) -> dict[str, tuple[int,
     if moe_ops.is_moe(b.op):
         return moe_ops.links(b, phase_boundaries)
     if b.op == "allreduce":
-        if b.index and phase_boundaries[b.index - 1].op == "moe_combine":
-            return {"x": (b.index - 1, "out")}
-        return {}
+        return moe_ops.reduce_links(b, phase_boundaries)
     prev_reduce = b.index - 1
     if b.op == "mhc_pre":
         return {"x": (prev_reduce, "out")}

@@ -88,6 +88,9 @@ _ALL = [
     Variant("moe-expanded", "MoE expert commands on bf16 weights decoded once on the device from the corpus's packed "
             "codes and scales (untimed): expanded vs packed experts on one corpus (select: experts)", Target.MOE,
             ops=EXPERT_OPS, expanded=True),
+    Variant("fused", "the fused MoE combine in place of the exact-official chain (select: combine): per rank the "
+            "slots summed in fp32 with the shared partial, one fp32 all-reduce, one bf16 rounding; a different "
+            "contract, whose mismatches the gate reports", Target.MOE, ops=("moe_combine_official",)),
 ]
 VARIANTS: dict[str, Variant] = {v.name: v for v in _ALL}
 BASELINE = VARIANTS["baseline"]
