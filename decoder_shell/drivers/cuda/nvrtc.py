@@ -100,10 +100,12 @@ def ptxas_report(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernels
     nvrtc, _ = bindings()
     opts = [f"--gpu-architecture={arch}", *flags, "--ptxas-options=-v"]
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
+    if int(err) != 0:
+        raise BuildError(f"{name}: nvrtcCreateProgram failed: {status_name(nvrtc, err)}")
     try:
         res = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = b" " * size
+        log = bytearray(size)  # a fresh buffer NVRTC writes into (see compile_cubin)
         nvrtc.nvrtcGetProgramLog(prog, log)
         text = log.decode(errors="replace")
         if int(res[0]) != 0:
