@@ -90,8 +90,8 @@ class PersistentSession(CudaSession):
         self.trace = False
         self.opg = S.outputs_per_unit(cycle)
         src, self.entry = source(self.opg, fast_q(cycle.geometry.hidden))
-        mod = self.modules._load(compile_cubin(src, self.arch, (*(FMA_FLAGS if fma else EXACT_FLAGS), *sinkhorn_flags(), *late_flags()),
-                                               name="persistent.cu"))
+        flags = (*(FMA_FLAGS if fma else EXACT_FLAGS), *sinkhorn_flags(), *late_flags())
+        mod = self.modules._load(compile_cubin(src, self.arch, flags, name="persistent.cu"))
         self.func = cu.cuModuleGetFunction(mod, self.entry.encode())
         attr = cu.bindings.CUdevice_attribute
         if not cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, drv.device):
