@@ -192,6 +192,8 @@ def test_gate_reports_mismatches_where_the_modes_differ(tmp_path_factory, tp, ro
     assert all(n > 0 for n in combine), combine
     assert "allreduce" not in cand["graph"]["by_op"]  # the draft's other all-reduces stay exact
     assert all(u >= 1 for u in cand["max_ulp_per_rank"])
+    first = cand["max_ulp_first_per_rank"]  # the first combine alone: no earlier difference carried in
+    assert len(first) == tp and all(0 <= a <= b for a, b in zip(first, cand["max_ulp_per_rank"]))
     assert v["changes"][0]["commands"] == 1
 
 
@@ -215,7 +217,7 @@ def test_gate_reports_no_mismatch_where_the_modes_cannot_differ(tmp_path_factory
     v = gate_fused(path, changed=2)  # changed epochs draw new inputs; the zero routed w2 (a param) stays
     cand = v["exactness"]["candidate"]
     assert v["exactness"]["baseline"]["exact"] and cand["exact"]
-    assert cand["max_ulp_per_rank"] == [0.0] * tp
+    assert cand["max_ulp_per_rank"] == [0.0] * tp and cand["max_ulp_first_per_rank"] == [0.0] * tp
     # not exact by construction, so never called so: a different contract that matched on these inputs
     assert v["exactness_verdict"] == "DIFFERENT CONTRACT, no mismatch seen" and v["verdict"] == "UNTIMED"
     assert any("does not make it exact" in r for r in v["reasons"])

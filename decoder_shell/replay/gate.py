@@ -53,6 +53,7 @@ class Tally:
     by_kind: dict = field(default_factory=dict)  # kind -> op -> [per rank]
     first: str | None = None
     max_ulp: list | None = None  # contract changes: largest difference per rank on the changed outputs
+    max_ulp_first: list | None = None  # ... on the first changed command's outputs (before any compounding)
 
     def add(self, kind: str, by_op_rank: dict[str, list[int]], first: str | None) -> None:
         ops = self.by_kind.setdefault(kind, {})
@@ -80,12 +81,18 @@ def check(cycle: Cycle, session: Session, expected: list[dict[int, np.ndarray]],
     return c.per_rank, c.by_op_rank, c.first
 
 
-def changed_ulp(cycle: Cycle, session: Session, expected, plan: Plan) -> list[float]:
+def changed_ulp(cycle: Cycle, session: Session, expected, plan: Plan) -> tuple[list[float], list[float]]:
     """Per rank, the largest difference (ulp of the output dtype: bf16 for the MoE combine) between the
-    outputs of the changed commands and their expected values."""
-    bids = [b for i in plan.variants for b in cycle.commands[i].outputs.values()]
-    return [max([max_ulp(session.read(r, b), expected[r][b]) for b in bids], default=0.0)
-            for r in range(cycle.ranks)]
+    outputs of the changed commands and their expected values: (the first changed command in cycle
+    order, every changed command). Only the first measures the contract change alone: a later one's
+    inputs already carry the earlier differences (the next stage's routing may change with them)."""
+    order = sorted(plan.variants)
+    first = list(cycle.commands[order[0]].outputs.values()) if order else []
+    bids = [b for i in order for b in cycle.commands[i].outputs.values()]
+
+    def worst(r, which):
+        return max([max_ulp(session.read(r, b), expected[r][b]) for b in which], default=0.0)
+    return [worst(r, first) for r in range(cycle.ranks)], [worst(r, bids) for r in range(cycle.ranks)]
 
 
 def hand_expected(session: Session, cycle: Cycle, plan: Plan, expected) -> None:
@@ -111,8 +118,9 @@ def _epoch(cycle, session, side: SideRun, expected, kind: str, index: int, graph
     per_rank, by_op, first = check(cycle, session, expected, skip)
     side.tally.add(kind, by_op, first)
     if plan is not None and plan.contract_change:
-        u = changed_ulp(cycle, session, expected, plan)
+        u1, u = changed_ulp(cycle, session, expected, plan)
         side.tally.max_ulp = [max(a, b) for a, b in zip(side.tally.max_ulp or [0.0] * cycle.ranks, u)]
+        side.tally.max_ulp_first = [max(a, b) for a, b in zip(side.tally.max_ulp_first or [0.0] * cycle.ranks, u1)]
     side.epochs.append(EpochResult(kind, index, times, per_rank, {op: sum(v) for op, v in by_op.items()}))
 
 

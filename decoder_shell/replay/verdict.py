@@ -56,6 +56,7 @@ def exactness(side, ranks: int) -> dict:
     out["first"] = side.tally.first
     if side.tally.max_ulp is not None:
         out["max_ulp_per_rank"] = list(side.tally.max_ulp)
+        out["max_ulp_first_per_rank"] = list(side.tally.max_ulp_first or [])
     return out
 
 
@@ -72,6 +73,7 @@ def decide(v: dict) -> tuple[str, str, str, list[str]]:
         cand = v["exactness"]["candidate"]
         counts = [sum(k["per_rank"][r] for k in (cand[x] for x in KINDS)) for r in range(len(cand["graph"]["per_rank"]))]
         ulps = cand.get("max_ulp_per_rank", [])
+        ulps1 = cand.get("max_ulp_first_per_rank", [])
         if cand_exact:
             exact_verdict = "DIFFERENT CONTRACT, no mismatch seen"
             reasons_note = ("the candidate computes a different contract; it matched the official outputs on "
@@ -79,7 +81,9 @@ def decide(v: dict) -> tuple[str, str, str, list[str]]:
         else:
             exact_verdict = "DIFFERENT CONTRACT, MISMATCH"
             reasons.append(f"candidate computes a different contract: mismatching elements per rank {counts}, "
-                           "largest difference per rank [" + ", ".join(f"{u:g}" for u in ulps) + f"] ulp (first: {cand['first']})")
+                           "largest difference per rank at the first changed command [" + ", ".join(f"{u:g}" for u in ulps1)
+                           + "] ulp, over every changed command [" + ", ".join(f"{u:g}" for u in ulps)
+                           + f"] ulp (later commands carry the earlier differences; first: {cand['first']})")
             reasons_note = None
     elif cand_exact:
         exact_verdict = "exact"
