@@ -74,18 +74,18 @@ def test_spread_kernels_fit_their_registers_without_spilling_much(tmp_path, monk
     the spread kernels must keep static plus dynamic shared memory under the 48 KiB a block gets
     without opting in, and spill at most a few bytes."""
     nvrtc_or_skip()
-    from decoder_shell.drivers.cuda.nvrtc import resources
-    report = resources(moe.source(), "sm_90", name="moe.cu")
+    from decoder_shell.drivers.cuda.nvrtc import ptxas_report
+    report = ptxas_report(moe.source(), "sm_90", name="moe.cu")
     with capsys.disabled():
         print("\nkernel                    regs  spill st/ld  smem")
         for name in sorted(n for n in report if n.startswith(("moe_up", "moe_down"))):
             r = report[name]
-            print(f"{name:25s} {r['registers']:4d}  {r['spill_stores']:4d}/{r['spill_loads']:<4d}   {r['smem']}")
+            print(f"{name:25s} {r['registers']:4d}  {r['spill_stores']:4d}/{r['spill_loads']:<4d}   {r.get('smem', 0)}")
     for stage in ("up", "down"):
         for fmt in moe.FORMATS:
             r = report[f"moe_{stage}_spread_{fmt}"]
             # static shared memory plus the largest dynamic size a launch gives: no opt-in needed
-            assert 0 < r["registers"] <= 255 and r["smem"] + 4 * moe.SPREAD_SMEM_FLOATS <= 48 * 1024
+            assert 0 < r["registers"] <= 255 and r.get("smem", 0) + 4 * moe.SPREAD_SMEM_FLOATS <= 48 * 1024
             assert r["spill_stores"] <= 16 and r["spill_loads"] <= 16, r
 
 

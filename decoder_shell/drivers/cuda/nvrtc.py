@@ -100,24 +100,22 @@ def _compile(nvrtc, source: str, opts: list, arch: str, name: str) -> tuple[byte
     return cubin, text
 
 
-def resources(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernels.cu") -> dict[str, dict]:
-    """ptxas's report per kernel (not cached): registers, spill stores and loads (bytes), static shared
-    memory (bytes); a build error raises BuildError."""
+def ptxas_report(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernels.cu") -> dict[str, dict]:
+    """Registers, spill bytes, stack and static shared memory of every entry as ptxas reports them (an
+    uncached build with -v): {entry: {"registers": n, "spill_stores": b, "spill_loads": b, "stack": b,
+    "smem": b}}. A compile error is a BuildError, as in compile_cubin."""
     nvrtc, _ = bindings()
-    _, log = _compile(nvrtc, source, [f"--gpu-architecture={arch}", *flags, "--ptxas-options=-v"], arch, name)
-    out: dict[str, dict] = {}
-    kernel = None
-    for line in log.splitlines():
-        m = re.search(r"Function properties for (\w+)", line)
-        if m:
-            kernel = out.setdefault(m.group(1), {"registers": 0, "spill_stores": 0, "spill_loads": 0, "smem": 0})
-            continue
-        if kernel is None:
-            continue
-        if m := re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line):
-            kernel["spill_stores"], kernel["spill_loads"] = int(m.group(1)), int(m.group(2))
-        if m := re.search(r"Used (\d+) registers", line):
-            kernel["registers"] = int(m.group(1))
-        if m := re.search(r"(\d+) bytes smem", line):
-            kernel["smem"] = int(m.group(1))
+    _, text = _compile(nvrtc, source, [f"--gpu-architecture={arch}", *flags, "--ptxas-options=-v"], arch, name)
+    out, entry = {}, None
+    for line in text.splitlines():
+        if m := re.search(r"Function properties for (\S+)", line):
+            entry = m.group(1)
+            out.setdefault(entry, {})
+        elif entry and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
+                                       line)):
+            out[entry].update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+        elif entry and (m := re.search(r"Used (\d+) registers", line)):
+            out[entry]["registers"] = int(m.group(1))
+            if m := re.search(r"(\d+) bytes smem", line):
+                out[entry]["smem"] = int(m.group(1))
     return out
