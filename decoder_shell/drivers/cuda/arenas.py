@@ -16,7 +16,7 @@ import numpy as np
 
 from ...contracts.numerics import LANES
 from ...contracts.quant import decode_tables
-from ...geometry import MOE_OPS
+from ...geometry import DENSE_OPS, MOE_OPS
 from .kernels import BLOCK, NOUT
 from .variants import MAX_PIECES, Node, Variant
 
@@ -64,7 +64,7 @@ class Arenas:
         self.scratch, self.sync, self.slots = {}, {}, {}
         self.moe_scratch: dict[int, dict[str, int]] = {}  # expert commands: h, its codes and scales
         for cmd in cycle.commands:
-            if cmd.op in MOE_OPS:
+            if cmd.op in MOE_OPS or cmd.op in DENSE_OPS:  # the dense commands need no scratch, only the tables
                 self.moe_scratch[cmd.index] = {n: work.take(b) for n, b in moe_scratch_bytes(cycle, cmd).items()}
             elif cmd.op != "allreduce":
                 m = cycle.geometry.phase(cmd.boundary.phase).rows

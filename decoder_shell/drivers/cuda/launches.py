@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from ...commands import dense_ops
 from ...contracts.allreduce import RingContract
 from ...contracts.numerics import BF16, LANES
 from . import args as A
@@ -111,6 +112,20 @@ class Binder:
                                  topk=k if routed else 1, w13=t["w13"], s13=t["s13"] if packed else 0, w2=t["w2"],
                                  s2=t["s2"] if packed else 0, experts=e if routed else 1, width=width, d=d,
                                  h=sc["h"], hc=sc["hc"], hs=sc["hs"], out=t["slots" if routed else "y"])
+
+    def dense(self, cmd, rank: int) -> list[A.Launch]:
+        """A dense attention command's launch on one rank (commands/dense_ops.py): `moe_qdq` for a
+        quantize command, one grouped-linear kernel (FP8 packed or bf16 expanded weights) for a projection."""
+        g, mem, f = self.cycle.geometry, self.mem, self.funcs
+        rows = g.phase(cmd.boundary.phase).rows
+        t = {n: mem.addr(rank, b) for n, b in {**cmd.inputs, **cmd.outputs}.items()}
+        if dense_ops.is_qdq(cmd.op):
+            return [M.qdq_launch(f, t["x"], t["codes"], t["scales"], rows, dense_ops.qdq_width(cmd.op, g))]
+        groups, n, k, out = dense_ops.linear_shape(cmd.op, g)
+        packed = g.moe.weights == "packed"
+        return [M.dense_launch(f, mem.work(rank, mem.tables_off), "fp8" if packed else "bf16", out, xc=t["codes"],
+                               xs=t["scales"], w=t["w"], s=t["s"] if packed else 0, rows=rows, groups=groups, n=n,
+                               k=k, out=t["y"])]
 
     def expand(self, cmd, rank: int) -> list[A.Launch]:
         """The decode of a `moe-expanded` command's packed w13 and w2 into its bf16 copies (run once after

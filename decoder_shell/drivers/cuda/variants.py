@@ -13,7 +13,7 @@ from enum import Enum
 
 from ...contracts.numerics import LANES
 from ...errors import UsageError
-from ...geometry import MOE_OPS
+from ...geometry import DENSE_OPS, MOE_OPS
 
 #: The MoE commands that run experts (w1/w3 -> act_qdq(h) -> w2): the ones a weight format applies to.
 EXPERT_OPS = ("moe_routed", "moe_shared")
@@ -124,7 +124,7 @@ def resolve(cycle, variants: dict | None, *, rank: int | None, sm: int) -> dict:
             raise UsageError(f"{v!r} is an mHC implementation; command {idx} is an all-reduce")
         if op != "allreduce" and var.target is Target.ALLREDUCE:
             raise UsageError(f"{v!r} is an all-reduce implementation; command {idx} is {op}")
-        if op in MOE_OPS and var.target is Target.MHC:
+        if (op in MOE_OPS or op in DENSE_OPS) and var.target is Target.MHC:
             raise UsageError(f"{v!r} is an mHC implementation; command {idx} is {op}")
         if var.target is Target.MOE and op not in var.ops:
             raise UsageError(f"{v!r} applies to {', '.join(var.ops)}; command {idx} is {op}")
