@@ -305,3 +305,23 @@ def test_interpreter_catches_a_wrong_group_stride(no_builds, monkeypatch):
     g = preset("tiny-moe-attn", tp=1, verify_rows=2, draft_rows=2, draft_kind="mtp1")
     _, _, bad, _ = replay_on_host(g, 3)
     assert any(".attn_wo_a." in k for k in bad)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tp=st.sampled_from([1, 2]), rows=st.sampled_from([1, 5]), seed=st.integers(0, 2 ** 16))
+def test_moe_expanded_covers_the_dense_projections(no_builds, tp, rows, seed):
+    """`moe-expanded` on the projections of a packed tiny-moe-attn cycle: their FP8 weights decoded once
+    on the device (one decode each), the bf16 dense kernels on the copies, the reference bit for bit."""
+    from decoder_shell.replay.candidates import select
+    g = preset("tiny-moe-attn", tp=tp, verify_rows=2, draft_rows=rows, draft_kind="dspark")
+    cyc = build_cycle(g, RingContract())
+    proj = select(cyc, "projections")
+    assert len(proj) == 3 * 5 + 1 and all(cyc.commands[i].op in DENSE_OPS for i in proj)
+    cyc, n, bad, funcs = replay_on_host(g, seed, {i: "moe-expanded" for i in proj})
+    assert bad == {}
+    base = tp * (3 * 9 + sum(c.op in DENSE_OPS for c in cyc.commands))  # as without the candidate
+    assert n == base + tp * len(proj)  # + one decode per projection and rank
+    assert {f for f in funcs if f.startswith("dense_")} == {"dense_bf16_bf16", "dense_bf16_f32"}
+    with pytest.raises(UsageError, match="applies to"):
+        qdq = next(c.index for c in cyc.commands if c.op == "attn_qdq")
+        CudaSession(SimpleNamespace(cu=HostMemoryDriver(), arch="sm_90", sm=90), cyc, {qdq: "moe-expanded"})

@@ -37,6 +37,8 @@ def moe_scratch_bytes(cycle, cmd) -> dict[str, int]:
 def expanded_bytes(cycle, cmd) -> dict[str, int]:
     """bf16 bytes of an expert command's w13 and w2 decoded from its packed params (two nibbles a byte
     for MXFP4 routed experts, one code a byte for FP8 shared ones)."""
+    if "w" in cmd.inputs:  # a dense projection: FP8 codes [G, N, K] -> bf16
+        return {"w": 2 * cycle.buffers[cmd.inputs["w"]].nbytes}
     per = 2 if cmd.op == "moe_routed" else 1
     return {n: 2 * per * cycle.buffers[cmd.inputs[n]].nbytes for n in ("w13", "w2")}
 

@@ -112,7 +112,7 @@ def build(g: Graph, cycle, variants: dict, bind, local: list[int], rank: int | N
             last = {r: _chain(g, bind.moe(cmd, r, v), [last[r]]) for r in local}
             continue
         if cmd.op in DENSE_OPS and isinstance(v, Variant) and v.node is Node.OWN:
-            last = {r: _chain(g, bind.dense(cmd, r), [last[r]]) for r in local}
+            last = {r: _chain(g, bind.dense(cmd, r, v), [last[r]]) for r in local}
             continue
         new = {}
         for r in local:
