@@ -7,6 +7,8 @@ number read later says which build, which machine and which device produced it.
 from __future__ import annotations
 
 import json
+import os
+import re
 import platform
 import subprocess
 import sys
@@ -26,8 +28,13 @@ def version() -> str:
 
 
 def commit() -> str | None:
-    """The git commit this installation was built from: pip's record of a VCS install, else the
-    checkout the package is imported from (an editable install or PYTHONPATH)."""
+    """The git commit this installation was built from: DECODER_SHELL_COMMIT where a copy of the tree
+    travels without its own git metadata (set by whoever copied it), else pip's record of a VCS install,
+    else the checkout the package is imported from (an editable install or PYTHONPATH), with "+dirty"
+    where the working tree differs from that commit (so a result never names a commit it did not run)."""
+    pinned = os.environ.get("DECODER_SHELL_COMMIT", "").strip()
+    if re.fullmatch(r"[0-9a-f]{7,40}", pinned):
+        return pinned[:12]
     try:
         raw = metadata.distribution(DIST).read_text("direct_url.json")
         vcs = json.loads(raw or "{}").get("vcs_info", {})
@@ -44,7 +51,12 @@ def commit() -> str | None:
     lines = p.stdout.split()
     if p.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != here.parent:
         return None  # not a checkout of this project (an installed copy inside some other repository)
-    return lines[1]
+    try:
+        d = subprocess.run(["git", "-C", lines[0], "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return lines[1] + "+unknown"
+    return lines[1] + ("+dirty" if d.returncode != 0 or d.stdout.strip() else "")
 
 
 def version_text(drivers: dict[str, str]) -> str:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from pathlib import Path
 
 from conftest import REPO, SHIPPED_CORPUS, run_shell
 
@@ -43,9 +44,42 @@ def test_version_names_version_commit_and_drivers():
     assert r.returncode == 0 and r.stderr == ""
     from decoder_shell import __version__
     first, *rest = r.stdout.splitlines()
-    assert re.fullmatch(rf"decoder-shell {re.escape(__version__)}( \(commit [0-9a-f]{{12}}\))?", first)
+    assert re.fullmatch(rf"decoder-shell {re.escape(__version__)}( \(commit [0-9a-f]{{12}}(\+dirty)?\))?", first)
     drivers = {ln.split()[1]: ln.split()[2] for ln in rest if ln.startswith("driver ")}
     assert drivers["cpu"] == "available:" and set(drivers) == {"cpu", "cuda", "level-zero"}
+
+
+def test_commit_is_pinned_by_the_copier_or_marked_dirty(tmp_path, monkeypatch):
+    """A tree copied without its git metadata names the commit it was copied from; a checkout with local
+    changes says so; a non-hex pin is ignored."""
+    import shutil
+    import subprocess
+    from decoder_shell import about
+    monkeypatch.setenv("DECODER_SHELL_COMMIT", "0123456789abcdef0123")
+    assert about.commit() == "0123456789ab"
+    monkeypatch.setenv("DECODER_SHELL_COMMIT", "not a commit; rm -rf")
+    assert about.commit() != "not a commit; rm -rf"
+    monkeypatch.delenv("DECODER_SHELL_COMMIT")
+    # a real checkout of a copy of the package: clean, then one file changed
+    repo = tmp_path / "repo"
+    shutil.copytree(Path(about.__file__).parent, repo / "decoder_shell",
+                    ignore=shutil.ignore_patterns("__pycache__", "data"))
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-qm", "x"], check=True)
+    head = subprocess.run(git + ["rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+    probe = "import decoder_shell.about as a; print(a.commit())"
+    env = {k: v for k, v in os.environ.items() if k != "DECODER_SHELL_COMMIT"}
+    env["PYTHONPATH"] = str(repo)
+
+    def ask():
+        return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env,
+                              cwd=tmp_path).stdout.strip()
+
+    assert ask() == head
+    (repo / "decoder_shell" / "about.py").write_text((repo / "decoder_shell" / "about.py").read_text() + "\n")
+    assert ask() == head + "+dirty"
 
 
 @pytest.mark.parametrize("command", SUBCOMMANDS)

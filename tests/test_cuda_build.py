@@ -127,3 +127,20 @@ def test_a_session_whose_kernel_does_not_compile_frees_everything_it_made():
     assert "planted.cu" in str(err.value) and "undefined_name" in str(err.value)
     assert len(images) == 1 and images[0][:4] == b"\x7fELF"  # the driver's own module was loaded first
     assert ledger.live == {}
+
+
+def test_a_build_never_writes_into_the_interpreters_shared_bytes():
+    """NVRTC writes its log and cubin into the buffers it is given; `b" " * size` at size 1 (an empty
+    log) is the interpreter's one shared b" " object, and writing into it turned every space of the
+    process into a NUL (seen on a GPU run: torch's schema parser then failed on "str\\0tag"). A build
+    with a one-byte log must leave b" " and its neighbours intact."""
+    space, zero = bytes([32]), bytes([0])
+    nvrtc, _ = N.bindings()
+    src = 'extern "C" __global__ void quiet(float *p) { p[0] = 1.0f; }\n'
+    prog = nvrtc.nvrtcCreateProgram(src.encode(), b"quiet.cu", 0, [], [])[1]
+    assert int(nvrtc.nvrtcCompileProgram(prog, 1, [b"--gpu-architecture=sm_90"])[0]) == 0
+    assert nvrtc.nvrtcGetProgramLogSize(prog)[1] == 1  # the case that corrupted b" "
+    nvrtc.nvrtcDestroyProgram(prog)
+    cubin = N.compile_cubin(src, "sm_90")
+    assert cubin[:4] == b"\x7fELF"
+    assert b" " == space and bytes([32]) == b" " and b" "[0] == 32 and zero == b"\x00"

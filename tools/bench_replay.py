@@ -9,11 +9,13 @@ without programmatic dependent launch (plain graph edges), the fused variants, a
 cycle (one resident cooperative kernel, `--persistent`). The production peer (`--vllm-src PATH`, the
 folder holding vLLM's `vllm/` sources): the same cycle with vLLM's own mHC kernels in one torch CUDA
 graph (tools/vllm_peer.py; its Triton path always, TileLang where the tilelang wheel is installed),
-with its mismatching elements against the contracts. All times: CUDA events, warm-up first, medians
+with its mismatching elements against the contracts. `--torch-compile M ...`: the torch cycle with its mHC
+functions through torch.compile (inductor), in one CUDA graph, at those M. All times: CUDA events, warm-up first, medians
 over epochs, slowest rank; ratios last.
 
     python tools/bench_replay.py [--rows 1 2 4 8] [--tp 4] [--epochs 50] [--persistent]
-                                 [--vllm-src /path/to/vllm-src] [--only-main] [--json out.json]
+                                 [--vllm-src /path/to/vllm-src] [--torch-compile 2 8] [--only-main]
+                                 [--json out.json]
 """
 
 from __future__ import annotations
@@ -53,8 +55,10 @@ def shell_times(drv, cyc, values, expected, variants, epochs, warmup=10):
         return statistics.median(times), bad, s.node_count
 
 
-def torch_cycle_fn(cyc, values, device):
-    """Build the same cycle in torch (transformers-style mHC, sum of partials); returns (fn, outputs)."""
+def torch_cycle_fn(cyc, values, device, compiled=False):
+    """Build the same cycle in torch (transformers-style mHC, sum of partials); returns (fn, outputs).
+    compiled: the mHC functions go through torch.compile (inductor, static shapes, one compile per
+    boundary form), as a user who compiles the model and captures one CUDA graph would run them."""
     import torch
     import torch.nn.functional as F
 
@@ -86,6 +90,11 @@ def torch_cycle_fn(cyc, values, device):
         return (post.unsqueeze(-1) * x.float().unsqueeze(1)
                 + torch.matmul(comb.transpose(-1, -2), residual.float())).to(bf16)
 
+    if compiled:
+        mixes_of = torch.compile(mixes_of, dynamic=False, fullgraph=True)
+        hc_pre = torch.compile(hc_pre, dynamic=False, fullgraph=True)
+        hc_post = torch.compile(hc_post, dynamic=False, fullgraph=True)
+
     def boundary(cmd, s, b):
         x = s[cmd.inputs["x"]]
         fn, base, scale = b[cmd.inputs["fn"]], b[cmd.inputs["base"]], b[cmd.inputs["scale"]]
@@ -104,10 +113,10 @@ def torch_cycle_fn(cyc, values, device):
     return cycle_runner(cyc, bufs, boundary)[0]
 
 
-def torch_times(cyc, values, eager_reps=3, graph_reps=20):
+def torch_times(cyc, values, eager_reps=3, graph_reps=20, compiled=False):
     import torch
     dev = torch.device("cuda")
-    run = torch_cycle_fn(cyc, values, dev)
+    run = torch_cycle_fn(cyc, values, dev, compiled)
     for _ in range(2):
         run()
     torch.cuda.synchronize()
@@ -148,6 +157,8 @@ def main():
     ap.add_argument("--vllm-paths", nargs="+", default=["triton", "tilelang"], choices=["triton", "tilelang"])
     ap.add_argument("--only-main", action="store_true",
                     help="baseline, persistent, floor, torch graph and peers only (no eager torch, no ablation rows)")
+    ap.add_argument("--torch-compile", type=int, nargs="*", default=[], metavar="M",
+                    help="also torch.compile'd mHC in one CUDA graph at these M (inductor compiles once per M)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     drv = get_driver("cuda", placement="emulated")
@@ -184,6 +195,10 @@ def main():
             if eager is not None:
                 row["torch eager"] = {"ms": eager}
             row["torch cuda graph"] = {"ms": graph}
+        if m in args.torch_compile:
+            c0 = time.time()
+            _, cgraph = torch_times(cyc, values, eager_reps=0, compiled=True)
+            row["torch.compile + cuda graph"] = {"ms": cgraph, "compile_s": round(time.time() - c0, 1)}
         if args.vllm_src:
             row.update(vllm_rows(cyc, values, expected, args.vllm_src, args.vllm_paths))
         row["seconds"] = round(time.time() - t0, 1)
@@ -197,12 +212,12 @@ def main():
     print("|---|" + "---|" * len(rows_out))
     for n in names:
         print(f"| {n} | " + " | ".join(f"{r[n]['ms']:.3f}" if n in r else "-" for r in rows_out) + " |")
-    base = "torch cuda graph"
-    if all(base in r for r in rows_out):
-        for n in names:
-            if n.startswith("shell"):
-                print(f"| ratio {n} / {base} | " + " | ".join(
-                    f"{r[n]['ms'] / r[base]['ms']:.4f}" if n in r else "-" for r in rows_out) + " |")
+    for base in ("torch cuda graph", "torch.compile + cuda graph"):
+        if any(base in r for r in rows_out):
+            for n in names:
+                if n.startswith("shell"):
+                    print(f"| ratio {n} / {base} | " + " | ".join(
+                        f"{r[n]['ms'] / r[base]['ms']:.4f}" if n in r and base in r else "-" for r in rows_out) + " |")
     for n in names:
         if "mismatches" in rows_out[0].get(n, {}) and rows_out[0][n]["mismatches"] is not None:
             print(f"| mismatching elements ({n}) | " + " | ".join(

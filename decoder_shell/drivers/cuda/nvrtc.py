@@ -78,13 +78,14 @@ def compile_cubin(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernel
         res = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         if int(res[0]) != 0:
             size = check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-            log = b" " * size
+            log = bytearray(size)  # never `b" " * size`: at size 1 that is the interpreter's shared b" "
             nvrtc.nvrtcGetProgramLog(prog, log)
             text = log.decode(errors="replace").strip("\0 \n").replace("\n", " | ")[:2000]
             raise BuildError(f"{name}: NVRTC compilation failed for {arch} ({status_name(nvrtc, res[0])}): {text}")
         size = check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
-        cubin = b" " * size
-        check(nvrtc.nvrtcGetCUBIN(prog, cubin), "nvrtcGetCUBIN")
+        out = bytearray(size)  # NVRTC writes into it: a fresh, mutable buffer
+        check(nvrtc.nvrtcGetCUBIN(prog, out), "nvrtcGetCUBIN")
+        cubin = bytes(out)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
     write_atomic(path, cubin)
