@@ -209,3 +209,17 @@ def test_gpu_paths_without_dense_kernels_refuse_in_one_line():
     cyc.commands = [c for c in cyc.commands if c.op in DENSE_OPS]  # past the MoE check, to the dense one
     with pytest.raises(UsageError, match="dense attention commands"):
         refuse_moe(cyc, "level-zero (Level Zero GPU path)")
+
+
+def test_corpus_with_an_off_grid_attention_shape_is_one_line_exit_2(tmp_path):
+    """A corpus.json whose attention widths leave the 32-grid (sealed as a writer would have): refused
+    before anything is built."""
+    path = tmp_path / "c"
+    synth(attn_geometry(tp=1, rows=1, kind="mtp1"), path, seed=4)
+    meta = path / "corpus.json"
+    d = json.loads(meta.read_text())
+    d["geometry"]["attn"]["q_lora"] = 48
+    from decoder_shell.corpus.store import seal
+    d["digest"] = seal(d)  # the manifests are unchanged; only the seal of the edited document
+    meta.write_text(json.dumps(d))
+    assert_one_line_error(run_shell("verify", path), 2, "32-grid")
