@@ -37,6 +37,8 @@ ATTN_OPS = ("attn_qdq", "attn_wq_a", "attn_wkv", "attn_q_qdq", "attn_wq_b", "att
 #: Stage 0's main_proj on the cat of the three taps (before its attention commands).
 MAIN_OPS = ("main_qdq", "main_proj")
 DENSE_OPS = (*MAIN_OPS, *ATTN_OPS)
+#: The dense commands that are projections (a quantized linear), not act_qdq.
+DENSE_PROJECTIONS = ("main_proj", "attn_wq_a", "attn_wkv", "attn_wq_b", "attn_wo_a", "attn_wo_b")
 
 
 @dataclass(frozen=True)

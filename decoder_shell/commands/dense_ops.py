@@ -24,14 +24,14 @@ import numpy as np
 
 from ..contracts.act_qdq import QAct, act_qdq
 from ..contracts.dense import dense, dense_weights
-from ..geometry import DENSE_OPS, Boundary, Geometry
+from ..geometry import DENSE_OPS, DENSE_PROJECTIONS, Boundary, Geometry
 
 #: qdq op -> the op whose output y it quantizes (None: the sub-block's hc_pre y, or an injected input).
 QDQ_SOURCE = {"main_qdq": None, "attn_qdq": "mhc", "attn_q_qdq": "attn_wq_a", "attn_o_qdq": None,
               "attn_oa_qdq": "attn_wo_a"}
-#: linear op -> the qdq op it reads.
-LINEAR_SOURCE = {"main_proj": "main_qdq", "attn_wq_a": "attn_qdq", "attn_wkv": "attn_qdq",
-                 "attn_wq_b": "attn_q_qdq", "attn_wo_a": "attn_o_qdq", "attn_wo_b": "attn_oa_qdq"}
+#: projection -> the qdq op it reads.
+LINEAR_SOURCE = dict(zip(DENSE_PROJECTIONS, ("main_qdq", "attn_qdq", "attn_qdq", "attn_q_qdq", "attn_o_qdq",
+                                             "attn_oa_qdq")))
 #: Linear ops whose weight every rank holds whole (the others hold their TP shard).
 REPLICATED = ("main_proj", "attn_wq_a", "attn_wkv")
 

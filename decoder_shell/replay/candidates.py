@@ -19,15 +19,13 @@ import blake3
 from ..commands import ops
 from ..commands.program import Cycle
 from ..errors import UsageError
-from ..geometry import DENSE_OPS, MOE_OPS
+from ..geometry import DENSE_OPS, DENSE_PROJECTIONS, MOE_OPS
 
 MHC_OPS = ("mhc_pre", "mhc_post_pre", "mhc_post_head")
 OPS = ("allreduce", *MHC_OPS, *MOE_OPS, *DENSE_OPS)
-#: The dense projections (commands/dense_ops.py), the quantize commands between them excluded.
-PROJECTIONS = ("main_proj", "attn_wq_a", "attn_wkv", "attn_wq_b", "attn_wo_a", "attn_wo_b")
 #: Selector words -> the ops they select.
 GROUPS = {**{op: (op,) for op in OPS}, "mhc": MHC_OPS, "collectives": ("allreduce",), "moe": MOE_OPS,
-          "experts": ("moe_routed", "moe_shared"), "dense": DENSE_OPS, "projections": PROJECTIONS,
+          "experts": ("moe_routed", "moe_shared"), "dense": DENSE_OPS, "projections": DENSE_PROJECTIONS,
           "cycle": OPS}
 _BOUNDARY = re.compile(r"^[a-z]+\.\d{4}\.[a-z_]+$")
 

@@ -13,12 +13,10 @@ from enum import Enum
 
 from ...contracts.numerics import LANES
 from ...errors import UsageError
-from ...geometry import DENSE_OPS, MOE_OPS
+from ...geometry import DENSE_OPS, DENSE_PROJECTIONS, MOE_OPS
 
 #: The MoE commands that run experts (w1/w3 -> act_qdq(h) -> w2): the ones a weight format applies to.
 EXPERT_OPS = ("moe_routed", "moe_shared")
-#: The dense projections of a draft attention sub-block (commands/dense_ops.py).
-PROJECTION_OPS = ("main_proj", "attn_wq_a", "attn_wkv", "attn_wq_b", "attn_wo_a", "attn_wo_b")
 from . import args as A
 
 
@@ -89,7 +87,7 @@ _ALL = [
     Variant("segmented-4", "all-reduce run as 4 narrower collectives", Target.ALLREDUCE, segments=4),
     Variant("moe-expanded", "MoE expert commands and dense projections on bf16 weights decoded once on the device "
             "from the corpus's packed codes and scales (untimed): expanded vs packed on one corpus (select: experts, "
-            "projections)", Target.MOE, ops=(*EXPERT_OPS, *PROJECTION_OPS), expanded=True),
+            "projections)", Target.MOE, ops=(*EXPERT_OPS, *DENSE_PROJECTIONS), expanded=True),
 ]
 VARIANTS: dict[str, Variant] = {v.name: v for v in _ALL}
 BASELINE = VARIANTS["baseline"]
