@@ -7,6 +7,9 @@ A phase with S sub-blocks has this boundary list (index order is execution order
   2s+3         mhc_post_pre   hc_post of sub-block s, hc_pre of sub-block s+1 (s < S-1)
   2S+1         mhc_post_head  hc_post of the last sub-block, then the head collapse
 so a phase has S+1 reductions and S-1 post/pre boundaries (dsv4-flash verify: 87 and 85).
+A MoE draft's FFN sub-block puts its MoE commands before its all-reduce (MOE_CHAINS): the fused combine
+mode keeps one all-reduce per sub-block; the exact-official mode all-reduces the per-slot and the shared
+partials (two all-reduces) and ends in the `moe_combine_official` epilogue that the mHC boundary reads.
 
 vLLM's DeepSeek-V4 differs in two places, both part of the geometry: its hc_pre fuses the next
 sub-block's RMSNorm (`fused_norm`: the layer input is RMSNorm(collapse) * norm_weight), and its MTP
@@ -27,8 +30,8 @@ MAX_HIDDEN, MAX_LAYERS, MAX_ROWS, MAX_RANKS = 65536, 1024, 1024, 64
 DRAFT_KINDS = {"mtp1": 1, "dspark": 3, "vllm-mtp": 1}  # draft kind -> stages (each stage: attention + MoE)
 #: Draft kinds whose first mHC boundary takes streams the draft built (not the broadcast embedding).
 STREAM_DRAFTS = ("vllm-mtp",)
-#: The commands an FFN sub-block of a MoE draft phase runs before its all-reduce (commands/moe_ops.py).
-MOE_OPS = ("moe_qdq", "moe_gate", "moe_routed", "moe_shared", "moe_combine")
+#: Every MoE draft command (commands/moe_ops.py).
+MOE_OPS = ("moe_qdq", "moe_gate", "moe_routed", "moe_shared", "moe_combine", "moe_combine_official")
 MOE_WEIGHTS = ("packed", "expanded")
 #: The commands an attention sub-block of a draft phase with `attn` runs before its all-reduce
 #: (commands/dense_ops.py): the dense FP8 projections around the injected attention core `o`.
@@ -39,6 +42,16 @@ MAIN_OPS = ("main_qdq", "main_proj")
 DENSE_OPS = (*MAIN_OPS, *ATTN_OPS)
 #: The dense commands that are projections (a quantized linear), not act_qdq.
 DENSE_PROJECTIONS = ("main_proj", "attn_wq_a", "attn_wkv", "attn_wq_b", "attn_wo_a", "attn_wo_b")
+#: Combine modes (seed section 3): "official" all-reduces the fp32 per-slot and shared partials and then
+#: rounds each to bf16 and adds them in ascending expert id (the model's own arithmetic); "fused" sums
+#: the slots per rank in fp32, one fp32 all-reduce, and the mHC reads the fp32 sum.
+MOE_COMBINES = ("official", "fused")
+#: The boundaries of a MoE FFN sub-block up to the mHC boundary that reads its output, per combine mode.
+MOE_CHAINS = {
+    "fused": ("moe_qdq", "moe_gate", "moe_routed", "moe_shared", "moe_combine", "allreduce"),
+    "official": ("moe_qdq", "moe_gate", "moe_routed", "moe_shared", "allreduce", "allreduce",
+                 "moe_combine_official"),
+}
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,7 @@ class MoeShape:
     top_k: int = 3
     width: int = 2304
     weights: str = "packed"  # "packed" (official codes + scales) | "expanded" (decoded once to bf16)
+    combine: str = "fused"  # MOE_COMBINES; a geometry without the field (older corpora) is fused
 
     def check(self, hidden: int, ranks: int) -> None:
         checks = [
@@ -59,6 +73,7 @@ class MoeShape:
             (self.width > 0 and self.width % (32 * ranks) == 0,
              f"MoE expert width {self.width} must split into 32-groups over {ranks} ranks"),
             (self.weights in MOE_WEIGHTS, f"MoE weights must be one of {MOE_WEIGHTS}"),
+            (self.combine in MOE_COMBINES, f"MoE combine mode must be one of {MOE_COMBINES}"),
         ]
         for ok, msg in checks:
             if not ok:
@@ -120,7 +135,8 @@ class Phase:
     rows: int
     sub_blocks: int
     first: str = "mhc_pre"  # or "mhc_pre_streams" (vLLM's MTP draft)
-    moe: bool = False  # FFN sub-blocks run the MOE_OPS commands before their all-reduce
+    moe: bool = False  # FFN sub-blocks run the MoE commands of MOE_CHAINS[combine]
+    combine: str = "fused"
     attn: bool = False  # attention sub-blocks run the ATTN_OPS commands (stage 0 MAIN_OPS first)
 
     def boundaries(self) -> list[Boundary]:
@@ -133,10 +149,9 @@ class Phase:
                 base = len(out)
                 chain = (*MAIN_OPS, *ATTN_OPS) if layer == 0 else ATTN_OPS
                 out.extend(Boundary(self.name, base + i, op, layer, kind) for i, op in enumerate(chain))
-            if self.moe and kind == "ffn":
-                base = len(out)
-                out.extend(Boundary(self.name, base + i, op, layer, kind) for i, op in enumerate(MOE_OPS))
-            out.append(Boundary(self.name, len(out), "allreduce", layer, kind))
+            chain = MOE_CHAINS[self.combine] if self.moe and kind == "ffn" else ("allreduce",)
+            base = len(out)
+            out.extend(Boundary(self.name, base + i, op, layer, kind) for i, op in enumerate(chain))
             last = s == self.sub_blocks - 1
             out.append(Boundary(self.name, len(out), "mhc_post_head" if last else "mhc_post_pre",
                                 layer, "head" if last else kind))
@@ -190,8 +205,9 @@ class Geometry:
         out = []
         if self.draft_rows:
             first = "mhc_pre_streams" if self.draft_kind in STREAM_DRAFTS else "mhc_pre"
-            out.append(Phase("draft", self.draft_rows, 2 * DRAFT_KINDS[self.draft_kind], first, self.moe is not None,
-                             self.attn is not None))
+            moe = self.moe is not None
+            out.append(Phase("draft", self.draft_rows, 2 * DRAFT_KINDS[self.draft_kind], first, moe,
+                             self.moe.combine if moe else "fused", self.attn is not None))
         out.append(Phase("verify", self.verify_rows, 2 * self.layers))
         return out
 
@@ -210,8 +226,10 @@ class Geometry:
             del d["fused_norm"]
         if d["moe"] is None:
             del d["moe"]  # geometries without a MoE draft serialize as before
+        elif d["moe"]["combine"] == "fused":
+            del d["moe"]["combine"]  # fused MoE corpora written before the field keep their geometry JSON
         if d["attn"] is None:
-            del d["attn"]  # likewise without attention commands
+            del d["attn"]  # geometries without attention commands serialize as before
         return d
 
     @classmethod
@@ -230,22 +248,23 @@ PRESETS = {
     "dsv4-flash": dict(hidden=4096, layers=43),
     "dsv4-pro": dict(hidden=7168, layers=61),
     # MoE drafts (docs/MOE.md): the draft phase's FFN sub-blocks are real quantized MoE commands.
-    "tiny-moe": dict(hidden=64, layers=1, moe=MoeShape(experts=8, top_k=3, width=128)),
+    # Both combine the MoE in the model's own arithmetic (exact-official) unless --moe-combine fused.
+    "tiny-moe": dict(hidden=64, layers=1, moe=MoeShape(experts=8, top_k=3, width=128, combine="official")),
     # DeepSeek-V4.1-Flash-1017 DSpark draft (hidden 5120, 128 routed experts, top-3, width 2304); the
     # verify phase is a one-layer skeleton: this preset measures the draft.
-    "dsv41-draft": dict(hidden=5120, layers=1, moe=MoeShape(experts=128, top_k=3, width=2304)),
+    "dsv41-draft": dict(hidden=5120, layers=1, moe=MoeShape(experts=128, top_k=3, width=2304, combine="official")),
     # The same drafts with their attention sub-blocks' dense projections as commands (docs/MOE.md); the
-    # attention core stays an injected input. Replayed by the cpu and level-zero drivers.
-    "tiny-moe-attn": dict(hidden=64, layers=1, moe=MoeShape(experts=8, top_k=3, width=128),
+    # attention core stays an injected input.
+    "tiny-moe-attn": dict(hidden=64, layers=1, moe=MoeShape(experts=8, top_k=3, width=128, combine="official"),
                           attn=AttnShape(q_lora=64, kv=32, heads=4, head_dim=32, o_groups=4, o_rank=32)),
-    "dsv41-draft-attn": dict(hidden=5120, layers=1, moe=MoeShape(experts=128, top_k=3, width=2304),
-                             attn=AttnShape()),
+    "dsv41-draft-attn": dict(hidden=5120, layers=1,
+                             moe=MoeShape(experts=128, top_k=3, width=2304, combine="official"), attn=AttnShape()),
 }
 
 
 def preset(name: str, *, tp: int = 2, verify_rows: int = 2, draft_rows: int = 1,
            draft_kind: str = "mtp1", reduce_dtype: str = "bfloat16", moe_weights: str | None = None,
-           fused_norm: bool = False) -> Geometry:
+           fused_norm: bool = False, moe_combine: str | None = None) -> Geometry:
     if name not in PRESETS:
         raise UsageError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
     shape = dict(PRESETS[name])
@@ -253,5 +272,9 @@ def preset(name: str, *, tp: int = 2, verify_rows: int = 2, draft_rows: int = 1,
         if shape.get("moe") is None:
             raise UsageError(f"--moe-weights applies to the MoE presets, not {name!r}")
         shape["moe"] = replace(shape["moe"], weights=moe_weights)
+    if moe_combine is not None:
+        if shape.get("moe") is None:
+            raise UsageError(f"--moe-combine applies to the MoE presets, not {name!r}")
+        shape["moe"] = replace(shape["moe"], combine=moe_combine)
     return Geometry(preset=name, ranks=tp, verify_rows=verify_rows, draft_rows=draft_rows,
                     draft_kind=draft_kind, reduce_dtype=reduce_dtype, fused_norm=fused_norm, **shape)

@@ -18,17 +18,17 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from decoder_shell.commands.program import build_cycle, reference, run_command
 from decoder_shell.contracts.act_qdq import QAct, act_qdq
 from decoder_shell.contracts.expert import swiglu
-from decoder_shell.contracts.moe import combine_slots
+from decoder_shell.contracts.moe import combine_slots, official_epilogue
 from decoder_shell.contracts.moe_gate import moe_gate
 from decoder_shell.contracts.numerics import BF16, F32, to_bf16
 from decoder_shell.contracts.qlinear import QWeight, expand, linear
-from decoder_shell.contracts.allreduce import RingContract
+from decoder_shell.contracts.allreduce import RingContract, allreduce
 from decoder_shell.corpus.synth import injected_values
 from decoder_shell.drivers.cuda import kernels as K
 from decoder_shell.drivers.cuda import moe as M
@@ -177,6 +177,15 @@ def run_moe_launch(cu, name, ln):
         assert ln.grid == (-(-d // 256), rows, 1)
         i = load(cu, ids, np.int32, (rows, k))
         store(cu, out, combine_slots(load(cu, slots, F32, (rows, k, d)), i, load(cu, shared, F32, (rows, d))))
+    elif name == "moe_round_bf16":
+        x, out, n = v
+        assert ln.grid == (max(1, -(-n // 256)), 1, 1)
+        store(cu, out, to_bf16(load(cu, x, F32, (n,))))
+    elif name == "moe_combine_official":
+        slots, shared, ids, out, rows, k, d = v
+        assert ln.grid == (-(-d // 256), rows, 1)
+        i = load(cu, ids, np.int32, (rows, k))
+        store(cu, out, official_epilogue(load(cu, slots, F32, (rows, k, d)), load(cu, shared, F32, (rows, d)), i))
     else:
         run_linear(cu, name, ln.grid, ln.args[0])
 
@@ -191,6 +200,13 @@ def interpret(sess, cu):
             assert cmd.op in MOE_OPS or cmd.op in DENSE_OPS
             run_moe_launch(cu, ln.func, ln)
             moe_launches += 1
+            continue
+        if cmd.op == "moe_combine_official" and ln.func == "allreduce_kernel":  # the fused candidate's sum
+            a = ln.args[0]
+            n = a.ring.n
+            assert (a.lo, a.hi, a.mode, a.ring.is_bf16) == (0, n, 0, 0)
+            parts = [load(cu, a.inp[q], F32, (n,)) for q in range(cyc.ranks)]
+            store(cu, a.out[a.rank], allreduce(parts, cyc.contract))
             continue
         assert cmd.op not in MOE_OPS and cmd.op not in DENSE_OPS, f"{cmd.boundary.name} launches {ln.func}"
         if idx in done:
@@ -233,13 +249,21 @@ def replay_on_host(geometry, seed, variants=None):
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(weights=st.sampled_from(["packed", "expanded"]), tp=st.sampled_from([1, 2]),
-       rows=st.sampled_from([1, 5, 10]), kind=st.sampled_from(["mtp1", "dspark"]), seed=st.integers(0, 2 ** 16))
-def test_moe_graph_launches_compute_the_reference(no_builds, weights, tp, rows, kind, seed):
-    g = preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind=kind, moe_weights=weights)
+@given(weights=st.sampled_from(["packed", "expanded"]), tp=st.sampled_from([1, 2, 4]),
+       rows=st.sampled_from([1, 5, 10]), kind=st.sampled_from(["mtp1", "dspark"]),
+       combine=st.sampled_from(["official", "fused"]), seed=st.integers(0, 2 ** 16))
+@example(weights="packed", tp=2, rows=5, kind="dspark", combine="official", seed=1)
+@example(weights="expanded", tp=4, rows=1, kind="mtp1", combine="official", seed=2)
+def test_moe_graph_launches_compute_the_reference(no_builds, weights, tp, rows, kind, combine, seed):
+    if tp == 4 and rows == 10:
+        rows = 5  # keep the example small
+    g = preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind=kind, moe_weights=weights,
+               moe_combine=combine)
     cyc, n, bad, funcs = replay_on_host(g, seed)
     subs = sum(c.op == "moe_routed" for c in cyc.commands)
-    assert n == tp * subs * (3 + 3 + 3)  # qdq, gate, combine + 3 per expert command, per rank and sub-block
+    # qdq, gate, combine (fused or official) + 3 per expert command, per rank and sub-block
+    assert n == tp * subs * (3 + 3 + 3)
+    assert sum(c.op == ("moe_combine_official" if combine == "official" else "moe_combine") for c in cyc.commands) == subs
     assert bad == {}
     fmts = {"mxfp4", "fp8"} if weights == "packed" else {"bf16"}
     assert {f.rsplit("_", 1)[1] for f in funcs if f.startswith("moe_up")} == fmts
@@ -325,3 +349,42 @@ def test_moe_expanded_covers_the_dense_projections(no_builds, tp, rows, seed):
     with pytest.raises(UsageError, match="applies to"):
         qdq = next(c.index for c in cyc.commands if c.op == "attn_qdq")
         CudaSession(SimpleNamespace(cu=HostMemoryDriver(), arch="sm_90", sm=90), cyc, {qdq: "moe-expanded"})
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tp=st.sampled_from([1, 2, 4]), rows=st.sampled_from([1, 5]), kind=st.sampled_from(["mtp1", "dspark"]),
+       seed=st.integers(0, 2 ** 16))
+@example(tp=2, rows=5, kind="dspark", seed=3)
+def test_fused_combine_candidate_computes_the_fused_contract(no_builds, tp, rows, kind, seed):
+    """Gate candidate `combine=fused` on an official cycle: moe_combine (per rank, into the shared
+    all-reduce's out) -> fp32 all-reduce (into the slot all-reduce's out) -> bf16 rounding, the official
+    all-reduces gone; every output the candidate computes equals the cpu driver's `fused` variant (the
+    contracts) bit for bit, and the official cycle differs from it."""
+    from decoder_shell.commands.program import elided_by
+    from decoder_shell.drivers.cpu import CpuSession
+    g = preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind=kind, moe_combine="official")
+    cyc = build_cycle(g, RingContract())
+    variants = {c.index: "fused" for c in cyc.commands if c.op == "moe_combine_official"}
+    elided = elided_by(cyc, variants)
+    assert len(elided) == 2 * len(variants)
+    cu = HostMemoryDriver()
+    sess = CudaSession(SimpleNamespace(cu=cu, arch="sm_90", sm=90), cyc, variants)
+    cpu = CpuSession(cyc, variants)
+    values = injected_values(cyc, seed)
+    for r in range(cyc.ranks):
+        for bid, v in values[r].items():
+            sess.write(r, bid, v)
+            cpu.write(r, bid, v)
+    sess.poison()
+    interpret(sess, cu)
+    cpu.run()
+    funcs = [ln.func for ln in sess.graph.eager]
+    assert funcs.count("moe_round_bf16") == tp * len(variants) and "moe_combine_official" not in funcs
+    skip = {b for i in elided for b in cyc.commands[i].outputs.values()}
+    bad = {b.name: mismatches(sess.read(r, b.id), cpu.read(r, b.id)) for r in range(cyc.ranks)
+           for b in cyc.outputs() if b.id not in skip}
+    assert {k: v for k, v in bad.items() if v} == {}
+    official = reference(cyc, values)
+    out = [c.outputs["out"] for c in cyc.commands if c.index in variants]
+    assert any(mismatches(cpu.read(r, b), official[r][b]) for r in range(cyc.ranks) for b in out)
+    sess.close()

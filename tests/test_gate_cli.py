@@ -140,7 +140,7 @@ def test_list_candidates_shows_what_the_driver_offers():
     p = shell("gate", "--list-candidates", "--driver", "cpu", "--json")
     assert p.returncode == 0
     names = set(json.loads(p.stdout)["variants"])
-    assert names == {"delete", "copy", "twice", "fp32-accumulate", "numpy-exp"}
+    assert names == {"delete", "copy", "twice", "fp32-accumulate", "numpy-exp", "fused"}
     t = shell("gate", "--list-candidates", "--driver", "cpu")
     assert t.returncode == 0 and all(n in t.stdout for n in names) and "(ops: allreduce)" in t.stdout
 

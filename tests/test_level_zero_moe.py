@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from decoder_shell.contracts.act_qdq import QAct, act_qdq
 from decoder_shell.contracts.expert import expert, swiglu
-from decoder_shell.contracts.moe import ExpertWeights, combine_slots, routed_slots
+from decoder_shell.contracts.moe import ExpertWeights, combine_slots, official_epilogue, routed_slots
 from decoder_shell.contracts.moe_gate import moe_gate
 from decoder_shell.contracts.numerics import F32, to_bf16
 from decoder_shell.contracts.qlinear import QWeight, expand, linear
@@ -142,6 +142,23 @@ def test_moe_kernels_match_contracts(target, t, d, e, i, seed):
     out = dev.buf(nbytes=t * d * 4)
     dev.run("moe_combine", [dev.buf(want_slots), ysh, ids_b, out, u32(t), u32(k), u32(d), u32(1)], t * d)
     assert np.array_equal(bits(dev.get(out, (t, d), F32)), bits(combine_slots(want_slots, ids, want_sh)))
+
+
+@SETTINGS
+@given(st.integers(1, 6), st.sampled_from([32, 64, 96]), st.integers(1, 4), st.integers(0, 2**31 - 1))
+def test_moe_combine_official_matches_contract(target, t, d, k, seed):
+    """The exact-official epilogue kernel on all-reduced partials, including values on bf16 ties."""
+    rng = np.random.default_rng(seed)
+    dev = Dev(target)
+    ids = np.stack([rng.permutation(8)[:k] for _ in range(t)]).astype(np.int32)
+    slots = (rng.standard_normal((t, k, d)) * np.exp2(rng.integers(-20, 20, (t, k, d)))).astype(F32)
+    ties = rng.random((t, k, d)) < 0.3  # exactly halfway between two bf16 values
+    slots[ties] = (to_bf16(slots[ties]).astype(F32).view(np.uint32) | 0x8000).view(F32)
+    shared = (rng.standard_normal((t, d)) * 4).astype(F32)
+    out = dev.buf(nbytes=t * d * 2)
+    dev.run("moe_combine_official", [dev.buf(slots), dev.buf(shared), dev.buf(ids), out, u32(t), u32(k), u32(d)], t * d)
+    want = official_epilogue(slots, shared, ids)
+    assert np.array_equal(dev.get(out, (t, d), np.uint16), want.view(np.uint16))
 
 
 def test_e4m3_encoding_ties_and_edges(target):

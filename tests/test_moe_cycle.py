@@ -13,12 +13,14 @@ from decoder_shell.contracts.allreduce import RingContract
 from decoder_shell.corpus.bind import bind
 from decoder_shell.corpus.store import Corpus
 from decoder_shell.corpus.synth import synth
-from decoder_shell.geometry import MOE_OPS, preset
+from decoder_shell.geometry import MOE_CHAINS, preset
 from decoder_shell.replay.compare import mismatches
 
 
-def moe_geometry(weights="packed", tp=2, rows=5, kind="dspark"):
-    return preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind=kind, moe_weights=weights)
+def moe_geometry(weights="packed", tp=2, rows=5, kind="dspark", combine="fused"):
+    """The fused combine mode (the official one: tests/test_moe_official.py)."""
+    return preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind=kind, moe_weights=weights,
+                  moe_combine=combine)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +37,7 @@ def test_draft_phase_runs_the_moe_chain():
     g = moe_geometry()
     ops = [b.op for b in g.phase("draft").boundaries()]
     ffn = ops.index("moe_qdq")
-    assert ops[ffn:ffn + 7] == [*MOE_OPS, "allreduce", "mhc_post_pre"]
+    assert ops[ffn:ffn + 7] == [*MOE_CHAINS["fused"], "mhc_post_pre"]
     assert ops.count("moe_routed") == 3 and ops[-1] == "mhc_post_head"
     assert "moe_qdq" not in [b.op for b in g.phase("verify").boundaries()]
     cyc = build_cycle(g, RingContract())
@@ -53,7 +55,7 @@ def test_verify_inspect_replay_exact(corpora):
         assert v.returncode == 0, v.stderr
         rep = json.loads(v.stdout)
         assert rep["ok"] and rep["parity_exact"]
-        assert all(rep["parity"][op]["boundaries"] == 3 for op in MOE_OPS)  # one per DSpark stage
+        assert all(rep["parity"][op]["boundaries"] == 3 for op in MOE_CHAINS["fused"] if op != "allreduce")  # one per DSpark stage
         i = json.loads(run_shell("inspect", path, "--json").stdout)
         assert i["recipe_tensors"] > 0 and i["missing_blobs"] == 0
         r = run_shell("replay", path, "--driver", "cpu", "--epochs", "2", "--changed", "2", "--json")

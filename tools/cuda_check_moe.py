@@ -3,9 +3,10 @@
 1. exactness: random cases (rows, hidden, experts, expert width, formats; values over many binades);
    every kernel's output against its numpy contract, counting mismatching elements per kernel:
    act_qdq (codes, scales), gate (ids, route weights), routed up (bf16 h) and down (fp32 slots) for
-   packed MXFP4 and expanded bf16 weights, shared expert (FP8 packed, bf16 expanded), combine; the
-   grouped dense kernels of the draft's attention projections (FP8 packed, bf16 expanded; bf16 and
-   fp32 outputs) on random shapes and on the six rank-local projections of seed section 4 at T = 5.
+   packed MXFP4 and expanded bf16 weights, shared expert (FP8 packed, bf16 expanded), combine (fused
+   COMBINE mode, fp32) and the exact-official epilogue (moe_combine_official, bf16); the grouped dense
+   kernels of the draft's attention projections (FP8 packed, bf16 expanded; bf16 and fp32 outputs) on
+   random shapes and on the six rank-local projections of seed section 4 at T = 5.
 2. figures at the DeepSeek-V4.1 draft shape (hidden 5120, 128 experts, top-3, expert width 1152 per TP2
    rank): the routed-expert command (up -> act_qdq(h) -> down, SLOT mode) at T = 5, 10, 20, 32 as a CUDA
    graph, next to the HBM time of the expert bytes it must read (unique experts x bytes per expert, at
@@ -38,7 +39,7 @@ from torch_baseline import event_ms, graph_of  # noqa: E402
 from decoder_shell.contracts.act_qdq import QAct, act_qdq  # noqa: E402
 from decoder_shell.contracts.dense import dense, dense_weights  # noqa: E402
 from decoder_shell.contracts.expert import expert, swiglu  # noqa: E402
-from decoder_shell.contracts.moe import ExpertWeights, combine_slots, routed_slots  # noqa: E402
+from decoder_shell.contracts.moe import ExpertWeights, combine_slots, official_epilogue, routed_slots  # noqa: E402
 from decoder_shell.contracts.moe_gate import moe_gate  # noqa: E402
 from decoder_shell.contracts.numerics import F32, to_bf16  # noqa: E402
 from decoder_shell.contracts.qlinear import QWeight, expand, linear  # noqa: E402
@@ -115,6 +116,7 @@ class Moe:
         self.slots = dev.empty(s * d * 4)
         self.hsh, self.hshc, self.hshs = dev.empty(t * i * 2), dev.empty(t * i), dev.empty(t * i // 32)
         self.ysh, self.out = dev.empty(t * d * 4), dev.empty(t * d * 4)
+        self.out_official = dev.empty(t * d * 2)
 
     def front(self):
         dev, t, d = self.dev, self.t, self.d
@@ -143,6 +145,10 @@ class Moe:
     def combine(self):
         return [self.dev.combine(self.slots, self.ysh, self.ids, self.out, self.t, self.k, self.d)]
 
+    def combine_official(self):
+        """The exact-official epilogue on one rank's slots and shared output (= their all-reduced sums)."""
+        return [self.dev.combine_official(self.slots, self.ysh, self.ids, self.out_official, self.t, self.k, self.d)]
+
 
 def check_case(dev, cu, stream, rng, t, d, e, i, counts, weights=None):
     k = min(3, e)
@@ -158,7 +164,7 @@ def check_case(dev, cu, stream, rng, t, d, e, i, counts, weights=None):
     m = Moe(dev, t, d, e, i, k, dw)
     cu.cuMemcpyHtoD(m.x, x.view(np.uint16).ctypes.data, x.nbytes)
     for fmt_r, fmt_s in (("mxfp4", "fp8"), ("bf16", "bf16")):
-        dev.launch(m.front() + m.routed(fmt_r) + m.shared(fmt_s) + m.combine(), stream)
+        dev.launch(m.front() + m.routed(fmt_r) + m.shared(fmt_s) + m.combine() + m.combine_official(), stream)
         cu.cuStreamSynchronize(stream)
         got = {
             "act_qdq codes": dev.download(m.xc, (t, d), U8), "act_qdq scales": dev.download(m.xs, (t, d // 32), U8),
@@ -167,13 +173,34 @@ def check_case(dev, cu, stream, rng, t, d, e, i, counts, weights=None):
             f"routed down slots ({fmt_r})": dev.download(m.slots, (t, k, d), F32),
             f"shared expert ({fmt_s})": dev.download(m.ysh, (t, d), F32),
             "combine": dev.download(m.out, (t, d), F32),
+            "combine official": dev.download(m.out_official, (t, d), np.uint16),
         }
         for name, g in got.items():
             w = want[name.split(" (")[0]]
             c = counts.setdefault(name, [0, 0])
             c[0] += int(g.size)
             c[1] += mismatches(g, w)
+    check_official_ties(dev, cu, stream, rng, m, counts)
     return m
+
+
+def check_official_ties(dev, cu, stream, rng, m, counts):
+    """moe_combine_official on sums over many binades with a third of them exactly halfway between two
+    bf16 values (round-to-nearest-even decides), against contracts.moe.official_epilogue."""
+    t, k, d = m.t, m.k, m.d
+    ids = np.stack([rng.permutation(m.e)[:k] for _ in range(t)]).astype(I32)
+    slots = (rng.standard_normal((t, k, d)) * np.exp2(rng.integers(-20, 20, (t, k, d)))).astype(F32)
+    ties = rng.random((t, k, d)) < 0.3
+    slots[ties] = (to_bf16(slots[ties]).astype(F32).view(np.uint32) | 0x8000).view(F32)
+    shared = (rng.standard_normal((t, d)) * 4).astype(F32)
+    for ptr, a in ((m.slots, slots), (m.ysh, shared), (m.ids, ids)):
+        cu.cuMemcpyHtoD(ptr, a.ctypes.data, a.nbytes)
+    dev.launch(m.combine_official(), stream)
+    cu.cuStreamSynchronize(stream)
+    got = dev.download(m.out_official, (t, d), np.uint16)
+    c = counts.setdefault("combine official (bf16 ties)", [0, 0])
+    c[0] += int(got.size)
+    c[1] += mismatches(got, official_epilogue(slots, shared, ids).view(np.uint16))
 
 
 #: The draft attention's dense projections per TP2 rank (seed section 4): name -> (groups, N, K, out).
@@ -233,7 +260,8 @@ def expected(x, r, sh, gw, gb, k):
     want_h = to_bf16(want_h)
     return {"act_qdq codes": xq.codes, "act_qdq scales": xq.scales, "gate ids": ids.astype(I32), "gate weights": rw,
             "routed up h": want_h.view(np.uint16), "routed down slots": want_slots, "shared expert": want_sh,
-            "combine": combine_slots(want_slots, ids, want_sh)}
+            "combine": combine_slots(want_slots, ids, want_sh),
+            "combine official": official_epilogue(want_slots, want_sh, ids).view(np.uint16)}
 
 
 def graph_time(cu, stream, dev, launches, reps):

@@ -77,13 +77,17 @@ def add_geometry_args(p: argparse.ArgumentParser) -> None:
                    help="hc_pre's layer input is RMSNorm(collapse) * norm_weight, as vLLM computes it")
     p.add_argument("--moe-weights", default=None, choices=("packed", "expanded"),
                    help="MoE presets: expert weights as official codes + scales or decoded bf16 (default packed)")
+    p.add_argument("--moe-combine", default=None, choices=("official", "fused"),
+                   help="MoE presets: exact-official combine (per-slot fp32 all-reduce, bf16 per expert in "
+                        "ascending id; the default) or fused (one fp32 all-reduce, one rounding; docs/MOE.md)")
 
 
 def geometry_from(args):
     from ..geometry import preset
     return preset(args.preset, tp=args.tp, verify_rows=args.verify_rows, draft_rows=args.draft_rows,
                   draft_kind=args.draft_kind, reduce_dtype=args.reduce_dtype,
-                  moe_weights=getattr(args, "moe_weights", None), fused_norm=getattr(args, "fused_norm", False))
+                  moe_weights=getattr(args, "moe_weights", None), fused_norm=getattr(args, "fused_norm", False),
+                  moe_combine=getattr(args, "moe_combine", None))
 
 
 def open_corpus(path, require_seal: bool = True):
@@ -170,7 +174,11 @@ def cmd_verify(args, console: Console) -> int:
 # --- inspect -----------------------------------------------------------------------------------
 def cmd_inspect(args, console: Console) -> int:
     from ..corpus.inspect import inspect
-    rep = inspect(open_corpus(args.corpus))
+    corpus = open_corpus(args.corpus)
+    rep = inspect(corpus)
+    if args.memory:
+        from ..replay.memory import corpus_memory
+        rep["memory"] = corpus_memory(corpus)
     if args.json:
         emit_json(rep)
         return 0
@@ -182,6 +190,9 @@ def cmd_inspect(args, console: Console) -> int:
     console.print(f"MiB referenced {rep['referenced_bytes'] / 2**20:.2f}, unique {rep['unique_bytes'] / 2**20:.2f}, "
                   f"stored {rep['stored_bytes'] / 2**20:.2f} (--json gives bytes)")
     console.print(f"dedup ratio {rep['dedup_ratio']:.2f}x, compression {rep['compression_ratio']:.2f}x")
+    if args.memory:
+        from .render_memory import render_memory
+        render_memory(rep["memory"], console)
     return 0
 
 
@@ -246,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("inspect", help="manifests, unique blobs, bytes and dedup ratio")
     s.add_argument("corpus", nargs="?", type=Path, help=CORPUS_HELP)
     s.add_argument("--json", action="store_true")
+    s.add_argument("--memory", action="store_true",
+                   help="the device memory per rank: weights per part and stage (as stored and bf16-expanded), "
+                        "activations and the cuda driver's arenas")
     s.set_defaults(func=cmd_inspect)
 
     s = sub.add_parser("replay", help="replay the cycle epoch after epoch and prove every output bit-exact")

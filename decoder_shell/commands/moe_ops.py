@@ -6,7 +6,12 @@ Chain (per rank, rank-local weight shards, fused combine; docs/CONTRACTS.md sect
   moe_routed   codes, scales, ids, weights, the rank's expert slices -> slots f32 [M, k, D]
   moe_shared   codes, scales, the rank's shared-expert slice          -> y f32 [M, D]
   moe_combine  slots, shared y, ids -> out f32 [M, D] (slots in ascending expert id, then shared)
-then the sub-block's all-reduce (fp32) and the mHC boundary, which reads the fp32 sum.
+then the sub-block's all-reduce (fp32) and the mHC boundary, which reads the fp32 sum (fused mode).
+Exact-official mode (geometry MoeShape.combine, MOE_CHAINS): instead of moe_combine, two fp32
+all-reduces (slots [M, k, D], shared y [M, D]) and then
+  moe_combine_official  summed slots, summed shared, ids -> out bf16 [M, D]: +0.0, bf16(slot) added in
+                        ascending expert id in fp32, then bf16(shared), rounded to bf16 (the official MoE)
+which the mHC boundary reads (bf16).
 Weights: packed (MXFP4 routed / FP8 shared codes and E8M0 scales) or expanded (bf16, decoded once).
 """
 
@@ -16,7 +21,7 @@ import numpy as np
 
 from ..contracts.act_qdq import QAct, act_qdq
 from ..contracts.expert import expert
-from ..contracts.moe import ExpertWeights, combine_slots, routed_slots
+from ..contracts.moe import ExpertWeights, combine_slots, official_epilogue, routed_slots
 from ..contracts.moe_gate import moe_gate
 from ..contracts.qlinear import QWeight
 from ..geometry import MOE_OPS, Boundary, Geometry
@@ -60,6 +65,9 @@ def tensors(b: Boundary, g: Geometry, spec) -> list:
     if b.op == "moe_combine":
         return [spec("slots", "input", "float32", (m, k, d)), spec("shared", "input", "float32", (m, d)),
                 spec("ids", "input", "int32", (m, k)), spec("out", "output", "float32", (m, d))]
+    if b.op == "moe_combine_official":
+        return [spec("slots", "input", "float32", (m, k, d)), spec("shared", "input", "float32", (m, d)),
+                spec("ids", "input", "int32", (m, k)), spec("out", "output", "bfloat16", (m, d))]
     raise ValueError(f"unknown MoE op {b.op!r}")
 
 
@@ -75,8 +83,49 @@ def links(b: Boundary, bounds: list[Boundary]) -> dict[str, tuple[int, str]]:
         return {**q, "ids": (before["moe_gate"], "ids"), "weights": (before["moe_gate"], "weights")}
     if b.op == "moe_shared":
         return q
+    if b.op == "moe_combine_official":
+        slots_ar, shared_ar = [x.index for x in bounds[:b.index]
+                               if x.op == "allreduce" and x.layer == b.layer and x.sub_block == b.sub_block]
+        return {"slots": (slots_ar, "out"), "shared": (shared_ar, "out"), "ids": (before["moe_gate"], "ids")}
     return {"slots": (before["moe_routed"], "slots"), "shared": (before["moe_shared"], "y"),
             "ids": (before["moe_gate"], "ids")}
+
+
+def official_reduce(b: Boundary, bounds: list[Boundary]) -> str | None:
+    """For an all-reduce of an exact-official MoE sub-block, the partial it sums: "slots" (the
+    moe_routed slots) or "shared" (the moe_shared y); None for every other all-reduce."""
+    if b.op != "allreduce" or b.index < 2:
+        return None
+    prev = bounds[b.index - 1].op
+    if prev == "moe_shared":
+        return "slots"
+    if prev == "allreduce" and bounds[b.index - 2].op == "moe_shared":
+        return "shared"
+    return None
+
+
+def reduce_links(b: Boundary, bounds: list[Boundary]) -> dict[str, tuple[int, str]]:
+    """The input of a MoE sub-block's all-reduce: the combine output (fused mode) or the partial it
+    sums (exact-official mode); {} for an all-reduce outside a MoE sub-block."""
+    if b.index and bounds[b.index - 1].op == "moe_combine":
+        return {"x": (b.index - 1, "out")}
+    which = official_reduce(b, bounds)
+    if which is None:
+        return {}
+    producer = "moe_routed" if which == "slots" else "moe_shared"
+    idx = max(x.index for x in bounds[:b.index] if x.op == producer)
+    return {"x": (idx, "slots" if which == "slots" else "y")}
+
+
+def reduce_shape(b: Boundary, g: Geometry) -> tuple | None:
+    """The fp32 shape an exact-official MoE all-reduce carries, None for other all-reduces."""
+    if g.moe is None or g.moe.combine != "official" or not g.phase(b.phase).moe or b.sub_block != "ffn":
+        return None
+    which = official_reduce(b, g.phase(b.phase).boundaries())
+    if which is None:
+        return None
+    m = g.phase(b.phase).rows
+    return (m, g.moe.top_k, g.hidden) if which == "slots" else (m, g.hidden)
 
 
 def routed_weights(t: dict, weights: str) -> list[ExpertWeights]:
@@ -112,4 +161,6 @@ def run(op: str, t: dict[str, np.ndarray], g: Geometry) -> dict[str, np.ndarray]
         return {"y": expert(xq, sh.w1, sh.w3, sh.w2, None, "float32")}
     if op == "moe_combine":
         return {"out": combine_slots(t["slots"], t["ids"], t["shared"])}
+    if op == "moe_combine_official":
+        return {"out": official_epilogue(t["slots"], t["shared"], t["ids"])}
     raise ValueError(f"unknown MoE op {op!r}")

@@ -34,10 +34,15 @@ def op_tensors(b: Boundary, g: Geometry) -> list[TensorSpec]:
     if dense_ops.is_dense(b.op):
         return dense_ops.tensors(b, g, TensorSpec)
     if g.phase(b.phase).moe and b.sub_block in ("ffn", "head") and b.layer >= 0:
-        rd = "float32"  # a MoE sub-block reduces its fp32 combine output; the mHC reads the fp32 sum
+        # fused: a MoE sub-block reduces its fp32 combine output and the mHC reads the fp32 sum;
+        # exact-official: the mHC reads the bf16 output of moe_combine_official
+        rd = "bfloat16" if g.moe.combine == "official" else "float32"
     if g.phase(b.phase).attn and b.sub_block == "attn" and b.op in ("allreduce", "mhc_post_pre") and b.layer >= 0:
-        rd = "float32"  # likewise an attention sub-block with commands: wo_b's fp32 partial
+        rd = "float32"  # an attention sub-block with commands: wo_b's fp32 partial; the mHC reads the fp32 sum
     if b.op == "allreduce":
+        shape = moe_ops.reduce_shape(b, g)
+        if shape is not None:  # an exact-official MoE all-reduce: fp32 slot or shared partials
+            return [TensorSpec("x", "input", "float32", shape), TensorSpec("out", "output", "float32", shape)]
         return [TensorSpec("x", "input", rd, (m, d)), TensorSpec("out", "output", rd, (m, d))]
     n_mix = hc if b.op == "mhc_post_head" else (2 + hc) * hc
     params = [TensorSpec("fn", "param", "float32", (n_mix, hc * d)),
@@ -71,11 +76,9 @@ def links(b: Boundary, phase_boundaries: list[Boundary]) -> dict[str, tuple[int,
     if dense_ops.is_dense(b.op):
         return dense_ops.links(b, phase_boundaries)
     if b.op == "allreduce":
-        if b.index and phase_boundaries[b.index - 1].op == "moe_combine":
-            return {"x": (b.index - 1, "out")}
         if b.index and phase_boundaries[b.index - 1].op == "attn_wo_b":
             return {"x": (b.index - 1, "y")}
-        return {}
+        return moe_ops.reduce_links(b, phase_boundaries)
     prev_reduce = b.index - 1
     if b.op == "mhc_pre":
         return {"x": (prev_reduce, "out")}

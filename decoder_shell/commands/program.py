@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..contracts.allreduce import RingContract
+from ..contracts.moe import fused_combine
 from ..contracts.numerics import dtype_of
 from ..geometry import Boundary, Geometry
 from . import ops
@@ -99,6 +100,41 @@ def _add(cyc: Cycle, b: Boundary, spec: ops.TensorSpec, kind: str) -> int:
     buf = Buffer(len(cyc.buffers), b, spec.name, kind, dtype_of(spec.dtype), spec.shape)
     cyc.buffers.append(buf)
     return buf.id
+
+
+#: Variants that replace a command by a different contract (not an implementation of the same one):
+#: `fused` on `moe_combine_official` runs the fused combine mode instead of the exact-official chain.
+CONTRACT_VARIANTS = {"fused": ("moe_combine_official",)}
+
+
+def producer(cyc: Cycle, buffer_id: int) -> Command:
+    """The command that writes `buffer_id`."""
+    return next(c for c in cyc.commands if buffer_id in c.outputs.values())
+
+
+def official_feeds(cyc: Cycle, cmd: Command) -> tuple[Command, Command]:
+    """The two all-reduces a moe_combine_official reads: (per-slot partials, shared partial)."""
+    return producer(cyc, cmd.inputs["slots"]), producer(cyc, cmd.inputs["shared"])
+
+
+def elided_by(cyc: Cycle, variants: dict) -> set[int]:
+    """Commands a contract variant makes redundant: the fused combine sums the partials itself, so the
+    two all-reduces of the official chain do not run (their outputs stay unwritten)."""
+    out = set()
+    for i, v in variants.items():
+        if v == "fused" and cyc.commands[i].op == "moe_combine_official":
+            out.update(c.index for c in official_feeds(cyc, cyc.commands[i]))
+    return out
+
+
+def run_fused_combine(cyc: Cycle, cmd: Command, values: list[dict[int, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """The fused combine in place of an exact-official chain: every rank's slot and shared partials
+    (the inputs of the chain's two all-reduces) summed per rank in fp32, one fp32 all-reduce, one
+    bf16 rounding (contracts.moe.fused_combine); the same bf16 [M, D] on every rank."""
+    slots_ar, shared_ar = official_feeds(cyc, cmd)
+    out = fused_combine([v[slots_ar.inputs["x"]] for v in values], [v[shared_ar.inputs["x"]] for v in values],
+                        values[0][cmd.inputs["ids"]], cyc.contract)
+    return [{"out": out} for _ in values]
 
 
 def run_command(cyc: Cycle, cmd: Command, values: list[dict[int, np.ndarray]]) -> list[dict[str, np.ndarray]]:

@@ -21,7 +21,7 @@ import numpy as np
 from .act_qdq import QAct, act_qdq
 from .allreduce import RingContract, allreduce
 from .expert import expert
-from .moe_gate import moe_gate
+from .moe_gate import TOP_K, moe_gate
 from .numerics import F32, to_bf16
 from .qlinear import QWeight
 from .quant import QuantInputError, check_grid
@@ -113,6 +113,14 @@ def official_epilogue(slot_sums: np.ndarray, shared_sum: np.ndarray, ids: np.nda
     return to_bf16(combine_slots(slots, ids, to_bf16(shared_sum).astype(F32)))
 
 
+def fused_combine(slot_partials, shared_partials, ids: np.ndarray,
+                  contract: RingContract = RingContract(accumulation="fp32")) -> np.ndarray:
+    """bf16 [T, D], the fused mode: per rank the slots in ascending id from +0.0 in fp32, plus the
+    rank's shared partial; one fp32 all-reduce of those sums; one bf16 rounding."""
+    fused = [combine_slots(s, ids, sh) for s, sh in zip(slot_partials, shared_partials)]
+    return to_bf16(allreduce(fused, contract))
+
+
 def moe_single(x, gate_weight, gate_bias, experts, shared: ExpertWeights) -> np.ndarray:
     """The single-device official MoE on x bf16 [T, D] (the FFN input after its norm)."""
     xq = act_qdq(x)
@@ -130,18 +138,17 @@ def rank_partials(xq: QAct, ids, rw, experts, shared: ExpertWeights, rank: int, 
 
 
 def moe_tp(x, gate_weight, gate_bias, experts, shared: ExpertWeights, ranks: int, mode: str,
-           contract: RingContract = RingContract(accumulation="fp32")) -> dict:
+           contract: RingContract = RingContract(accumulation="fp32"), top_k: int = TOP_K) -> dict:
     """The TP MoE: every rank's partials and the combined bf16 output (identical on every rank)."""
     if mode not in COMBINE_MODES:
         raise QuantInputError(f"combine mode must be one of {COMBINE_MODES}, not {mode!r}")
     xq = act_qdq(x)
-    ids, rw = moe_gate(x, gate_weight, gate_bias)
+    ids, rw = moe_gate(x, gate_weight, gate_bias, top_k)
     parts = [rank_partials(xq, ids, rw, experts, shared, r, ranks) for r in range(ranks)]
     if mode == "official":
         slot_sum = allreduce([p[0] for p in parts], contract)
         shared_sum = allreduce([p[1] for p in parts], contract)
         out = official_epilogue(slot_sum, shared_sum, ids)
     else:
-        fused = [combine_slots(s, ids, sh) for s, sh in parts]
-        out = to_bf16(allreduce(fused, contract))
+        out = fused_combine([p[0] for p in parts], [p[1] for p in parts], ids, contract)
     return {"ids": ids, "route_weights": rw, "partials": parts, "out": out}

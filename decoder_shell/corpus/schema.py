@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 
 from ..contracts.numerics import DTYPES
 from ..errors import CorpusError
-from ..geometry import DRAFT_KINDS, MAX_HIDDEN, MAX_LAYERS, MAX_RANKS, MAX_ROWS, MOE_WEIGHTS, REDUCE_DTYPES
+from ..geometry import DRAFT_KINDS, MAX_HIDDEN, MAX_LAYERS, MAX_RANKS, MAX_ROWS, MOE_COMBINES, MOE_WEIGHTS, REDUCE_DTYPES
 
 #: Bounds of the numbers in corpus.json that are not sizes (DeepSeek-V4: 20 iterations, eps 1e-6).
 MAX_SINKHORN_ITERS = 100
@@ -53,7 +53,8 @@ GEOMETRY = {
         "fused_norm": {"type": "boolean"},
         "moe": {"type": ["object", "null"], "additionalProperties": False,
                 "properties": {"experts": _int(1, 1024), "top_k": _int(1, 16), "width": _int(1, 1 << 20),
-                               "weights": {"enum": list(MOE_WEIGHTS)}}},
+                               "weights": {"enum": list(MOE_WEIGHTS)},
+                               "combine": {"enum": list(MOE_COMBINES)}}},
         "attn": {"type": ["object", "null"], "additionalProperties": False,
                  "properties": {f: _int(1, 1 << 20) for f in ("q_lora", "kv", "heads", "head_dim", "o_groups",
                                                               "o_rank", "taps")}},

@@ -77,12 +77,17 @@ def _seq(seed) -> list[int]:
 
 
 def synth(g: Geometry, out: Path, seed: int = 0, contract: RingContract = RingContract(),
-          progress=None, recipe_min_bytes: int = RECIPE_MIN_BYTES, replace: bool = False) -> Corpus:
+          progress=None, recipe_min_bytes: int = RECIPE_MIN_BYTES, replace: bool = False,
+          injected: list[dict[int, np.ndarray]] | None = None) -> Corpus:
     """Write the synthetic corpus of `g` to `out` (an empty or new folder, or any with `replace`),
-    staged beside it and published whole (publish.py)."""
+    staged beside it and published whole (publish.py). `injected` (per rank, buffer id -> value, for
+    every injected buffer) replaces the generated values, e.g. weights chosen so that two contracts
+    must agree; its tensors are stored as blobs (a recipe describes only generated values)."""
     cyc = build_cycle(g, contract)
+    if injected is not None:
+        recipe_min_bytes = 1 << 62
     with staged(out, replace) as folder:
-        values = reference(cyc, injected_values(cyc, seed))
+        values = reference(cyc, injected if injected is not None else injected_values(cyc, seed))
         corpus = Corpus.create(folder, g, {"kind": "synth", "seed": seed}, contract, how="synth")
         for cmd in cyc.commands:
             for r in range(g.ranks):

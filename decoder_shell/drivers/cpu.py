@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from ..commands import ops
-from ..commands.program import Command, Cycle, run_command
+from ..commands.program import Command, Cycle, elided_by, run_command, run_fused_combine
 from ..contracts.quant import QuantInputError
 from ..errors import UsageError
 from ..geometry import DENSE_OPS, MOE_OPS
@@ -31,6 +31,8 @@ CPU_VARIANTS = {
     "twice": (_ALL, "compute the command twice: exact but slower (a control for the gate)"),
     "fp32-accumulate": (("allreduce",), "all-reduce accumulated in fp32 and rounded once: inexact for bf16 at 3+ ranks"),
     "numpy-exp": (_MHC, "mHC with np.exp instead of the portable exp: inexact in some bits"),
+    "fused": (("moe_combine_official",), "the fused MoE combine (per-rank fp32 slot sum, one fp32 all-reduce, one "
+              "bf16 rounding) instead of the exact-official chain: a different contract"),
 }
 
 
@@ -43,6 +45,7 @@ class CpuSession(Session):
         self.variants = dict(variants or {})
         for idx, v in self.variants.items():
             _check_variant(cycle, idx, v)
+        self.elided = elided_by(cycle, self.variants)  # the official chain's all-reduces under "fused"
         self.bufs = [{b.id: poison_like(b.shape, b.dtype) for b in cycle.buffers} for _ in range(cycle.ranks)]
         self.expected: list[dict[int, np.ndarray]] = [{} for _ in range(cycle.ranks)]
         self._outputs = cycle.outputs()
@@ -79,7 +82,7 @@ class CpuSession(Session):
         self._nodes = []
         for cmd in self.cycle.commands:
             variant = self.variants.get(cmd.index, "baseline")
-            if variant == "delete":
+            if variant == "delete" or cmd.index in self.elided:
                 continue
             t0 = time.perf_counter()
             try:
@@ -107,6 +110,8 @@ class CpuSession(Session):
             contract = dataclasses.replace(self.cycle.contract, accumulation="fp32")
             out = ops.run_allreduce([v[cmd.inputs["x"]] for v in self.bufs], contract)
             return [{"out": out} for _ in self.bufs]
+        if variant == "fused":
+            return run_fused_combine(self.cycle, cmd, self.bufs)
         if variant == "numpy-exp":
             g = self.cycle.geometry
             return [ops.run_mhc(cmd.op, {k: v[i] for k, i in cmd.inputs.items()}, g.mhc, g.hc, exp=np.exp)

@@ -12,6 +12,8 @@ busbw = algbw x 2(n-1)/n, the ring all-reduce's bus factor for n ranks.
 
 from __future__ import annotations
 
+import statistics
+
 from ..commands.program import Cycle
 from ..errors import UsageError
 
@@ -31,6 +33,58 @@ def node_kind(cycle: Cycle, command: int | None, node: str) -> str:
     if command is None:
         return "other"
     return OP_KIND.get(cycle.commands[command].op, "other")
+
+
+def stage_of(boundary) -> int:
+    """The stage of a draft boundary (a verify boundary's layer); the phase's input reduction belongs
+    to stage 0."""
+    return max(boundary.layer, 0)
+
+
+def command_kind(cycle: Cycle, command: int | None) -> str:
+    """A node's kind by its command's op, whatever the op is (commands added later group without
+    changes here); an all-reduce also names the dtype it sums."""
+    if command is None:
+        return "other"
+    cmd = cycle.commands[command]
+    if cmd.op == "allreduce":
+        return f"allreduce {cycle.buffers[cmd.inputs['x']].dtype.name}"
+    return cmd.op
+
+
+def median_nodes(runs: list[list[tuple]]) -> list[tuple]:
+    """Per-node medians of several profiled epochs of one session (same kernels in the same order)."""
+    if not runs:
+        raise UsageError("no profiled epochs to take medians of")
+    first = [(c, n) for c, n, _ in runs[0]]
+    for run in runs[1:]:
+        if [(c, n) for c, n, _ in run] != first:
+            raise UsageError("profiled epochs launched different kernels: no per-node medians")
+    return [(c, n, statistics.median(float(run[i][2]) for run in runs)) for i, (c, n) in enumerate(first)]
+
+
+def stage_table(cycle: Cycle, nodes: list[tuple], phase: str) -> dict:
+    """One phase's node times (ms) per stage and per command kind within a stage, kinds in the order
+    they first run; `total_ms` is the sum of the phase's nodes."""
+    stages: dict[int, dict] = {}
+    kinds: list[str] = []
+    for command, _node, ms in nodes:
+        if command is None or cycle.commands[command].boundary.phase != phase:
+            continue
+        kind = command_kind(cycle, command)
+        if kind not in kinds:
+            kinds.append(kind)
+        st = stages.setdefault(stage_of(cycle.commands[command].boundary), {"kinds": {}, "total_ms": 0.0})
+        k = st["kinds"].setdefault(kind, {"nodes": 0, "commands": set(), "ms": 0.0})
+        k["nodes"] += 1
+        k["commands"].add(command)
+        k["ms"] += float(ms)
+        st["total_ms"] += float(ms)
+    for st in stages.values():
+        for k in st["kinds"].values():
+            k["commands"] = len(k["commands"])
+    return {"phase": phase, "kinds": kinds, "stages": dict(sorted(stages.items())),
+            "total_ms": sum(st["total_ms"] for st in stages.values())}
 
 
 def build_breakdown(cycle: Cycle, nodes: list[tuple], how: str) -> dict:
@@ -71,7 +125,8 @@ def build_breakdown(cycle: Cycle, nodes: list[tuple], how: str) -> dict:
         ph["total"] = sum(ph.values())
     return {"how": how, "ranks": cycle.ranks, "bus_factor": factor, "nodes": rows, "collectives": collectives,
             "kinds": {k: v for k, v in kinds.items() if v["nodes"]}, "phases": phases,
-            "total_ms": sum(r["ms"] for r in rows)}
+            "total_ms": sum(r["ms"] for r in rows),
+            "stages": {ph: stage_table(cycle, nodes, ph) for ph in dict.fromkeys(r["phase"] for r in rows if r["phase"] != "-")}}
 
 
 def profile(session, cycle: Cycle) -> dict:

@@ -17,7 +17,7 @@ from pathlib import Path
 import blake3
 
 from ..commands import ops
-from ..commands.program import Cycle
+from ..commands.program import CONTRACT_VARIANTS, Cycle, elided_by
 from ..errors import UsageError
 from ..geometry import DENSE_OPS, DENSE_PROJECTIONS, MOE_OPS
 
@@ -25,7 +25,8 @@ MHC_OPS = ("mhc_pre", "mhc_post_pre", "mhc_post_head")
 OPS = ("allreduce", *MHC_OPS, *MOE_OPS, *DENSE_OPS)
 #: Selector words -> the ops they select.
 GROUPS = {**{op: (op,) for op in OPS}, "mhc": MHC_OPS, "collectives": ("allreduce",), "moe": MOE_OPS,
-          "experts": ("moe_routed", "moe_shared"), "dense": DENSE_OPS, "projections": DENSE_PROJECTIONS,
+          "experts": ("moe_routed", "moe_shared"), "combine": ("moe_combine", "moe_combine_official"),
+          "dense": DENSE_OPS, "projections": DENSE_PROJECTIONS,
           "cycle": OPS}
 _BOUNDARY = re.compile(r"^[a-z]+\.\d{4}\.[a-z_]+$")
 
@@ -46,7 +47,7 @@ def select(cycle: Cycle, selector: str) -> tuple[int, ...]:
             names = list(by_name)
             raise UsageError(f"selector {selector!r}: no boundary {word!r} in this cycle "
                              f"({names[0]} .. {names[-1]})")
-        raise UsageError(f"selector {selector!r}: expected an op ({', '.join(OPS)}), 'mhc', 'collectives', 'moe', 'experts' or "
+        raise UsageError(f"selector {selector!r}: expected an op ({', '.join(OPS)}), 'mhc', 'collectives', 'moe', 'experts', 'combine' or "
                          f"'cycle', "
                          f"optionally phase-qualified (verify:mhc), or a boundary name such as "
                          f"{cycle.commands[-1].boundary.name}")
@@ -283,6 +284,17 @@ class Plan:
     def variants(self) -> dict:
         """Command index -> variant, what Driver.load takes."""
         return {i: c.variant for c in self.changes for i in c.commands}
+
+    @property
+    def contract_change(self) -> bool:
+        """A candidate that computes a different contract (the fused MoE combine on an official
+        corpus): its mismatches are measured and reported, never called exact."""
+        return any(isinstance(c.variant, str) and c.variant in CONTRACT_VARIANTS for c in self.changes)
+
+    def elided_outputs(self, cycle: Cycle) -> frozenset[int]:
+        """Output buffers the candidate does not compute (the official chain's all-reduces under the
+        fused combine): left out of its comparison, since nothing of them exists in its contract."""
+        return frozenset(b for i in elided_by(cycle, self.variants) for b in cycle.commands[i].outputs.values())
 
     @property
     def deletion(self) -> bool:

@@ -19,7 +19,7 @@ from ..corpus.store import Corpus
 from ..drivers.base import Driver, Session
 from ..errors import UsageError
 from .candidates import Plan
-from .compare import compare_outputs
+from .compare import compare_outputs, max_ulp
 from .engine import EpochResult, expected_outputs, load_inputs, prepare
 from .results import run_block
 from .verdict import build_verdict
@@ -52,6 +52,8 @@ class Tally:
     ranks: int
     by_kind: dict = field(default_factory=dict)  # kind -> op -> [per rank]
     first: str | None = None
+    max_ulp: list | None = None  # contract changes: largest difference per rank on the changed outputs
+    max_ulp_first: list | None = None  # ... on the first changed command's outputs (before any compounding)
 
     def add(self, kind: str, by_op_rank: dict[str, list[int]], first: str | None) -> None:
         ops = self.by_kind.setdefault(kind, {})
@@ -73,10 +75,24 @@ class SideRun:
         return [e for e in self.epochs if e.kind == kind]
 
 
-def check(cycle: Cycle, session: Session, expected: list[dict[int, np.ndarray]]):
-    """Compare every output of every rank: (per rank, op -> per rank, first mismatch or None)."""
-    c = compare_outputs(session, cycle, expected)
+def check(cycle: Cycle, session: Session, expected: list[dict[int, np.ndarray]], skip=frozenset()):
+    """Compare every output of every rank but `skip`: (per rank, op -> per rank, first mismatch or None)."""
+    c = compare_outputs(session, cycle, expected, skip)
     return c.per_rank, c.by_op_rank, c.first
+
+
+def changed_ulp(cycle: Cycle, session: Session, expected, plan: Plan) -> tuple[list[float], list[float]]:
+    """Per rank, the largest difference (ulp of the output dtype: bf16 for the MoE combine) between the
+    outputs of the changed commands and their expected values: (the first changed command in cycle
+    order, every changed command). Only the first measures the contract change alone: a later one's
+    inputs already carry the earlier differences (the next stage's routing may change with them)."""
+    order = sorted(plan.variants)
+    first = list(cycle.commands[order[0]].outputs.values()) if order else []
+    bids = [b for i in order for b in cycle.commands[i].outputs.values()]
+
+    def worst(r, which):
+        return max([max_ulp(session.read(r, b), expected[r][b]) for b in which], default=0.0)
+    return [worst(r, first) for r in range(cycle.ranks)], [worst(r, bids) for r in range(cycle.ranks)]
 
 
 def hand_expected(session: Session, cycle: Cycle, plan: Plan, expected) -> None:
@@ -93,13 +109,18 @@ def hand_expected(session: Session, cycle: Cycle, plan: Plan, expected) -> None:
                 setter(r, bid, expected[r][bid])
 
 
-def _epoch(cycle, session, side: SideRun, expected, kind: str, index: int, graph: bool) -> None:
+def _epoch(cycle, session, side: SideRun, expected, kind: str, index: int, graph: bool, plan=None) -> None:
     session.poison()
     times = [float(t) for t in session.run(graph=graph)]
     if len(times) != cycle.ranks:
         raise UsageError(f"driver returned {len(times)} rank times for a {cycle.ranks}-rank cycle")
-    per_rank, by_op, first = check(cycle, session, expected)
+    skip = plan.elided_outputs(cycle) if plan is not None else frozenset()
+    per_rank, by_op, first = check(cycle, session, expected, skip)
     side.tally.add(kind, by_op, first)
+    if plan is not None and plan.contract_change:
+        u1, u = changed_ulp(cycle, session, expected, plan)
+        side.tally.max_ulp = [max(a, b) for a, b in zip(side.tally.max_ulp or [0.0] * cycle.ranks, u)]
+        side.tally.max_ulp_first = [max(a, b) for a, b in zip(side.tally.max_ulp_first or [0.0] * cycle.ranks, u1)]
     side.epochs.append(EpochResult(kind, index, times, per_rank, {op: sum(v) for op, v in by_op.items()}))
 
 
@@ -111,6 +132,7 @@ def run_gate(corpus: Corpus, driver: Driver, plan: Plan, cycle: Cycle | None = N
     rebased = corpus.info.rebased
     expected = expected_outputs(cycle, bound.injected, bound.captured, rebased)
     runs = {s: SideRun(s, Tally(cycle.ranks)) for s in SIDES}
+    side_plan = {"baseline": None, "candidate": plan}
     # The candidate first: a variant the driver refuses fails before the baseline is built.
     with driver.load(cycle, plan.variants) as cand, driver.load(cycle) as base:
         sessions = {"baseline": base, "candidate": cand}
@@ -119,11 +141,12 @@ def run_gate(corpus: Corpus, driver: Driver, plan: Plan, cycle: Cycle | None = N
         hand_expected(cand, cycle, plan, expected)
         for e in range(settings.settle):
             for s in SIDES:
-                _epoch(cycle, sessions[s], runs[s], expected, "settle", e, True)
+                _epoch(cycle, sessions[s], runs[s], expected, "settle", e, True, side_plan[s])
         for rep in range(settings.reps):
             for s in SIDES:
                 for e in range(settings.epochs):
-                    _epoch(cycle, sessions[s], runs[s], expected, "graph", rep * settings.epochs + e, True)
+                    _epoch(cycle, sessions[s], runs[s], expected, "graph", rep * settings.epochs + e, True,
+                           side_plan[s])
                 if progress:
                     block = runs[s].epochs[-settings.epochs:]
                     progress("block", f"{s} repetition {rep}",
@@ -135,7 +158,7 @@ def run_gate(corpus: Corpus, driver: Driver, plan: Plan, cycle: Cycle | None = N
             hand_expected(cand, cycle, plan, want)
             for s in SIDES:
                 load_inputs(sessions[s], new)
-                _epoch(cycle, sessions[s], runs[s], want, "changed", k, False)
+                _epoch(cycle, sessions[s], runs[s], want, "changed", k, False, side_plan[s])
             if progress:
                 progress("changed", k, runs["candidate"].epochs[-1])
         timing_meaningful = bool(base.timing_meaningful and cand.timing_meaningful)

@@ -54,18 +54,38 @@ def exactness(side, ranks: int) -> dict:
                      "by_op": {op: list(v) for op, v in sorted(by_op.items())}}
     out["exact"] = all(e.exact for e in side.epochs)
     out["first"] = side.tally.first
+    if side.tally.max_ulp is not None:
+        out["max_ulp_per_rank"] = list(side.tally.max_ulp)
+        out["max_ulp_first_per_rank"] = list(side.tally.max_ulp_first or [])
     return out
 
 
 def decide(v: dict) -> tuple[str, str, str, list[str]]:
     """(verdict, exactness verdict, time verdict, reasons) from a verdict's measured parts."""
-    reasons = []
+    reasons, reasons_note = [], None
     required = v["exactness"]["required"]
     cand_exact = v["exactness"]["candidate"]["exact"]
     if not v["exactness"]["baseline"]["exact"]:
         reasons.append("baseline is not exact: the driver or corpus is broken, so the comparison is void "
                        f"(first: {v['exactness']['baseline']['first']})")
-    if cand_exact:
+    if v["mode"] == "contract":
+        # a different contract (the fused MoE combine against the exact-official chain): never "exact"
+        cand = v["exactness"]["candidate"]
+        counts = [sum(k["per_rank"][r] for k in (cand[x] for x in KINDS)) for r in range(len(cand["graph"]["per_rank"]))]
+        ulps = cand.get("max_ulp_per_rank", [])
+        ulps1 = cand.get("max_ulp_first_per_rank", [])
+        if cand_exact:
+            exact_verdict = "DIFFERENT CONTRACT, no mismatch seen"
+            reasons_note = ("the candidate computes a different contract; it matched the official outputs on "
+                            "these inputs, which does not make it exact")
+        else:
+            exact_verdict = "DIFFERENT CONTRACT, MISMATCH"
+            reasons.append(f"candidate computes a different contract: mismatching elements per rank {counts}, "
+                           "largest difference per rank at the first changed command [" + ", ".join(f"{u:g}" for u in ulps1)
+                           + "] ulp, over every changed command [" + ", ".join(f"{u:g}" for u in ulps)
+                           + f"] ulp (later commands carry the earlier differences; first: {cand['first']})")
+            reasons_note = None
+    elif cand_exact:
         exact_verdict = "exact"
     elif required:
         exact_verdict = "MISMATCH"
@@ -87,6 +107,8 @@ def decide(v: dict) -> tuple[str, str, str, list[str]]:
         reasons.append(f"times from {v['driver']} measure the host, not a device: no time verdict")
     else:
         verdict = "PASS"
+    if v["mode"] == "contract" and reasons_note:
+        reasons.append(reasons_note)
     return verdict, exact_verdict, time_verdict, reasons
 
 
@@ -95,7 +117,7 @@ def build_verdict(meta: dict, cycle, plan, settings, runs: dict) -> dict:
     graph = {s: r.of("graph") for s, r in runs.items()}
     t = {s: timing(graph[s], settings.reps) for s in runs}
     v = {"format": FORMAT, "schema": SCHEMA, **meta,
-         "mode": "bound" if plan.deletion else "candidate",
+         "mode": "bound" if plan.deletion else "contract" if plan.contract_change else "candidate",
          "changes": [c.to_json(cycle) for c in plan.changes],
          "settings": {"reps": settings.reps, "epochs": settings.epochs, "changed": settings.changed,
                       "settle": settings.settle, "seed": settings.seed, "threshold_ms": settings.threshold_ms},

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...commands.program import elided_by
 from ...contracts.allreduce import RingContract
 from ...geometry import DENSE_OPS, MOE_OPS
 from . import args as A
@@ -99,6 +100,8 @@ def build(g: Graph, cycle, variants: dict, bind, local: list[int], rank: int | N
         last[rank] = g.kernel(bind.epoch(rank), [last[rank]])
     cmds = cycle.commands
     fused_away = {i - 1 for i, v in variants.items() if isinstance(v, Variant) and v.fused}
+    # the `fused` combine candidate: the official chain's two all-reduces do not run
+    fused_away |= elided_by(cycle, {i: v.name for i, v in variants.items() if isinstance(v, Variant)})
     pending: dict[int, list] = {}  # rank -> its Sinkhorn node, joined by the rank's next mHC node (rule 3)
     for cmd in cmds:
         g.building = cmd.index
@@ -107,6 +110,12 @@ def build(g: Graph, cycle, variants: dict, bind, local: list[int], rank: int | N
             continue
         if cmd.op == "allreduce" and isinstance(v, Variant) and v.node is Node.OWN:
             last = _allreduce(g, cycle, cmd, v, bind, last, joined)
+            continue
+        if cmd.op == "moe_combine_official" and isinstance(v, Variant) and v.name == "fused":
+            launches = {r: bind.fused_combine(cmd, r) for r in local}
+            comb = {r: g.kernel(launches[r][0], [last[r]]) for r in local}
+            ar = {r: g.kernel(launches[r][1], list(comb.values()) if rank is None else [comb[r]]) for r in local}
+            last = {r: g.kernel(launches[r][2], [ar[r]]) for r in local}
             continue
         if cmd.op in MOE_OPS and isinstance(v, Variant) and v.node is Node.OWN:
             last = {r: _chain(g, bind.moe(cmd, r, v), [last[r]]) for r in local}

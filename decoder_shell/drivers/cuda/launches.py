@@ -27,12 +27,14 @@ class Binder:
         self.next_mhc = {a.index: b for a, b in zip(mhc, mhc[1:])}  # whose weights idle blocks prefetch
 
     def allreduce(self, cmd, rank: int, mode: int, contract: RingContract, lo: int, hi: int,
-                  piece: int = 0) -> A.Launch:
-        """mode 0 one-shot, 1 reduce-scatter, 2 all-gather; [lo, hi) the elements of this piece."""
+                  piece: int = 0, bufs: tuple[int, int] | None = None, n: int | None = None) -> A.Launch:
+        """mode 0 one-shot, 1 reduce-scatter, 2 all-gather; [lo, hi) the elements of this piece.
+        `bufs` (input, output buffer ids) and `n` sum other buffers than the command's own (the fused
+        combine reuses the buffers and arrival slots of the official chain it replaces)."""
         R, mem = self.cycle.ranks, self.mem
-        bx, bo = cmd.inputs["x"], cmd.outputs["out"]
+        bx, bo = bufs or (cmd.inputs["x"], cmd.outputs["out"])
         buf = self.cycle.buffers[bx]
-        n = int(np.prod(buf.shape))
+        n = int(np.prod(buf.shape)) if n is None else n
         a = A.ArArgs()
         for q in range(R):
             a.inp[q] = mem.addr(q, bx)
@@ -101,6 +103,8 @@ class Binder:
             return [M.gate_launch(f, t["x"], t["weight"], t["bias"], t["ids"], t["weights"], rows, d, e, k)]
         if cmd.op == "moe_combine":
             return [M.combine_launch(f, t["slots"], t["shared"], t["ids"], t["out"], rows, k, d)]
+        if cmd.op == "moe_combine_official":
+            return [M.combine_official_launch(f, t["slots"], t["shared"], t["ids"], t["out"], rows, k, d)]
         routed = cmd.op == "moe_routed"
         packed = g.moe.weights == "packed" and not var.expanded
         fmt = ("mxfp4" if routed else "fp8") if packed else "bf16"
@@ -129,6 +133,23 @@ class Binder:
         return [M.dense_launch(f, mem.work(rank, mem.tables_off), "fp8" if packed else "bf16", out, xc=t["codes"],
                                xs=t["scales"], w=t["w"], s=t["s"] if packed else 0, rows=rows, groups=groups, n=n,
                                k=k, out=t["y"])]
+
+    def fused_combine(self, cmd, rank: int) -> tuple[A.Launch, A.Launch, A.Launch]:
+        """The `fused` candidate of a moe_combine_official on one rank, in three launches over the
+        buffers of the official chain it replaces (the slot and shared all-reduces do not run):
+        (1) moe_combine: this rank's slot partials in ascending id + its shared partial -> the shared
+        all-reduce's out [M, D]; (2) the fp32 all-reduce of those -> the slot all-reduce's out (its
+        first M*D elements); (3) one bf16 rounding into the command's out. Returns (1, 2, 3)."""
+        from ...commands.program import official_feeds
+        g, mem = self.cycle.geometry, self.mem
+        rows, d, k = g.phase(cmd.boundary.phase).rows, g.hidden, g.moe.top_k
+        slots_ar, shared_ar = official_feeds(self.cycle, cmd)
+        fused, total = shared_ar.outputs["out"], slots_ar.outputs["out"]
+        comb = M.combine_launch(self.funcs, mem.addr(rank, slots_ar.inputs["x"]), mem.addr(rank, shared_ar.inputs["x"]),
+                                mem.addr(rank, cmd.inputs["ids"]), mem.addr(rank, fused), rows, k, d)
+        ar = self.allreduce(shared_ar, rank, 0, self.cycle.contract, 0, rows * d, bufs=(fused, total), n=rows * d)
+        rnd = M.round_launch(self.funcs, mem.addr(rank, total), mem.addr(rank, cmd.outputs["out"]), rows * d)
+        return comb, ar, rnd
 
     def expand(self, cmd, rank: int) -> list[A.Launch]:
         """The decode of a `moe-expanded` command's packed w13 and w2 into its bf16 copies (run once after

@@ -314,6 +314,39 @@ extern "C" __global__ void __launch_bounds__(256) moe_combine(const float* slots
   out[(size_t)t * D + d] = acc;
 }
 
+// ---- exact-official combine: the epilogue after the per-slot and shared fp32 all-reduces ----------------
+// out = bf16(+0.0 + bf16(slot) in ascending expert id + bf16(shared)), every addition fp32 round-to-nearest
+// (contracts/moe.official_epilogue). bf16 out [rows, D]: what the mHC boundary reads.
+extern "C" __global__ void __launch_bounds__(256) moe_combine_official(const float* slots, const float* shared,
+                                                                       const int* ids, bf16_t* out, int rows,
+                                                                       int topk, int D) {
+  pdl_wait();
+  pdl_trigger();
+  int t = blockIdx.y, d = blockIdx.x * 256 + threadIdx.x;
+  if (t >= rows || d >= D) return;
+  const int* id = ids + (size_t)t * topk;
+  float acc = 0.0f;
+  int prev = -1;
+  for (int r = 0; r < topk; r++) {  // the r-th smallest id (ids of a row are distinct)
+    int best = -1;
+    for (int j = 0; j < topk; j++)
+      if (id[j] > prev && (best < 0 || id[j] < id[best])) best = j;
+    if (best < 0) break;  // ids not from a gate (a deleted gate's poison): never read outside the slots
+    prev = id[best];
+    acc = ADD(acc, round_bf(slots[((size_t)t * topk + best) * D + d]));
+  }
+  acc = ADD(acc, round_bf(shared[(size_t)t * D + d]));
+  out[(size_t)t * D + d] = f2bf(acc);
+}
+
+// ---- round to bf16: the last step of the fused combine (gate candidate `combine=fused`) -----------------
+extern "C" __global__ void __launch_bounds__(256) moe_round_bf16(const float* x, bf16_t* out, int n) {
+  pdl_wait();
+  pdl_trigger();
+  int i = blockIdx.x * 256 + threadIdx.x;
+  if (i < n) out[i] = f2bf(x[i]);
+}
+
 // ---- decode once: a packed weight stack to bf16 (the `moe-expanded` candidate, untimed) -------------
 // rows x K codes (MXFP4: K/2 bytes a row, low nibble the even input; FP8: K bytes) with E8M0 scales
 // [rows / srows, K/32] (srows 1 for MXFP4, 32 for FP8 32x32 blocks): out = bf16(code * 2^(s-127)),

@@ -25,7 +25,7 @@ PRELUDE_END = "__device__ __forceinline__ float psigmoid"
 WARPS = 8  # MOE_WARPS: output rows per block of the linear kernels
 MAX_SLOTS = 512  # MOE_MAX_SLOTS: routed slots (rows x top-k) of one linear launch
 FORMATS = {"mxfp4": 0, "fp8": 1, "bf16": 2}
-KERNELS = ("moe_qdq", "moe_gate", "moe_combine", "moe_expand",
+KERNELS = ("moe_qdq", "moe_gate", "moe_combine", "moe_combine_official", "moe_round_bf16", "moe_expand",
            *(f"moe_{s}_{f}" for s in ("up", "down") for f in FORMATS))
 #: The draft's dense projections (grouped linear, bf16 or fp32 out) in the same module.
 DENSE_KERNELS = tuple(f"dense_{f}_{o}" for f in ("fp8", "bf16") for o in ("bf16", "f32"))
@@ -114,6 +114,20 @@ def combine_launch(funcs: dict, slots: int, shared: int, ids: int, out: int, row
     from .args import Launch
     return Launch(funcs["moe_combine"], (-(-d // 256), rows, 1), (256, 1, 1), u64(slots), u64(shared),
                   u64(ids), u64(out), C.c_int(rows), C.c_int(topk), C.c_int(d), pdl=True)
+
+
+def combine_official_launch(funcs: dict, slots: int, shared: int, ids: int, out: int, rows: int, topk: int, d: int):
+    """The exact-official epilogue on the all-reduced fp32 slot and shared sums; bf16 out [rows, d]."""
+    from .args import Launch
+    return Launch(funcs["moe_combine_official"], (-(-d // 256), rows, 1), (256, 1, 1), u64(slots), u64(shared),
+                  u64(ids), u64(out), C.c_int(rows), C.c_int(topk), C.c_int(d), pdl=True)
+
+
+def round_launch(funcs: dict, x: int, out: int, n: int):
+    """fp32 [n] -> bf16 [n], round to nearest even (the fused combine's one rounding)."""
+    from .args import Launch
+    return Launch(funcs["moe_round_bf16"], (max(1, -(-n // 256)), 1, 1), (256, 1, 1), u64(x), u64(out), C.c_int(n),
+                  pdl=True)
 
 
 def expand_launch(funcs: dict, tables: int, fmt: str, codes: int, scales: int, out: int, rows: int, k: int):
@@ -211,6 +225,9 @@ class MoeDevice:
 
     def combine(self, slots: int, shared: int, ids: int, out: int, rows: int, topk: int, d: int):
         return combine_launch(self.funcs, slots, shared, ids, out, rows, topk, d)
+
+    def combine_official(self, slots: int, shared: int, ids: int, out: int, rows: int, topk: int, d: int):
+        return combine_official_launch(self.funcs, slots, shared, ids, out, rows, topk, d)
 
     def launch(self, launches, stream) -> None:
         for ln in launches:

@@ -86,7 +86,7 @@ def plan(cycle: Cycle) -> list[Step]:
     folded = set()
     for i, c in enumerate(cmds):
         if c.op != "allreduce" and i > 0 and cmds[i - 1].op == "allreduce" \
-                and cmds[i - 1].outputs["out"] == c.inputs["x"]:
+                and cmds[i - 1].outputs["out"] == c.inputs.get("x"):
             folded.add(i - 1)
     for c in cmds:
         if c.op == "allreduce":

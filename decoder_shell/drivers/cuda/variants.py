@@ -88,6 +88,9 @@ _ALL = [
     Variant("moe-expanded", "MoE expert commands and dense projections on bf16 weights decoded once on the device "
             "from the corpus's packed codes and scales (untimed): expanded vs packed on one corpus (select: experts, "
             "projections)", Target.MOE, ops=(*EXPERT_OPS, *DENSE_PROJECTIONS), expanded=True),
+    Variant("fused", "the fused MoE combine in place of the exact-official chain (select: combine): per rank the "
+            "slots summed in fp32 with the shared partial, one fp32 all-reduce, one bf16 rounding; a different "
+            "contract, whose mismatches the gate reports", Target.MOE, ops=("moe_combine_official",)),
 ]
 VARIANTS: dict[str, Variant] = {v.name: v for v in _ALL}
 BASELINE = VARIANTS["baseline"]

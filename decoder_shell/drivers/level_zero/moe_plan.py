@@ -76,6 +76,10 @@ def moe_launches(cyc: Cycle, cmd: Command) -> list[Launch]:
             out.append(Launch(cmd.index, r, "moe_combine", (v["slots"], v["shared"], v["ids"], v["out"], Arg("u32", m),
                                                             Arg("u32", k), Arg("u32", d), Arg("u32", 1)),
                               _size(m * d), GROUP))
+        elif cmd.op == "moe_combine_official":
+            out.append(Launch(cmd.index, r, "moe_combine_official", (v["slots"], v["shared"], v["ids"], v["out"],
+                                                                     Arg("u32", m), Arg("u32", k), Arg("u32", d)),
+                              _size(m * d), GROUP))
         else:
             raise ValueError(f"not a MoE op: {cmd.op}")
     return out

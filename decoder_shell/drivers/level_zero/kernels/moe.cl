@@ -192,3 +192,24 @@ kernel void dense_linear(global const uchar *xc, global const uchar *xs, global 
     if (out_bf16) ((global ushort *)out)[id] = f2bf(y);
     else ((global float *)out)[id] = y;
 }
+
+/* moe_combine_official: the exact-official epilogue (contracts/moe.official_epilogue) on the all-reduced
+ * partials: from +0.0, bf16(slot) added in fp32 in ascending expert id, then bf16(shared), rounded to bf16. */
+kernel void moe_combine_official(global const float *slots, global const float *shared, global const int *ids,
+                                 global ushort *out, uint rows, uint topk, uint D) {
+    size_t id = get_global_id(0);
+    if (id >= (size_t)rows * D) return;
+    size_t t = id / D, d = id % D;
+    global const int *row = ids + t * topk;
+    float acc = 0.0f;
+    int prev = -1;
+    for (uint r = 0; r < topk; r++) {
+        int best = -1;
+        for (uint j = 0; j < topk; j++)
+            if (row[j] > prev && (best < 0 || row[j] < row[best])) best = (int)j;
+        prev = row[best];
+        acc = acc + round_bf(slots[(t * topk + best) * D + d]);
+    }
+    acc = acc + round_bf(shared[t * D + d]);
+    out[id] = f2bf(acc);
+}
