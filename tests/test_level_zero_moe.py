@@ -171,3 +171,69 @@ def test_e4m3_encoding_ties_and_edges(target):
     x[0, -1] = to_bf16(np.float32(448.0))  # keeps the scale at 2^0
     _, _, codes, _ = qdq(dev, tab, x)
     assert np.array_equal(codes, act_qdq(x).codes)
+
+
+def test_gpu_check_tool_compares_every_output_with_the_cpu_driver(target, tmp_path):
+    """tools/level_zero_moe_check.py (what a user with an Intel GPU runs) on the SYCL path here: exit 0
+    with every epoch of the six tiny-moe corpora (both combine modes) exact; a MoE command left out is
+    caught (exit 1), named, and counted on every rank of every corpus that has it."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "level_zero_moe_check.py"
+    out = tmp_path / "r.json"
+    ok = subprocess.run([sys.executable, str(tool), "--device", "cpu", "--epochs", "1", "--changed", "1",
+                         "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "EXACT: 6 MoE corpora" in ok.stdout
+    res = json.loads(out.read_text())["results"]
+    assert len(res) == 6 and all([e["kind"] for e in r["epochs"]] == ["graph", "eager", "changed"]
+                                 and all(e["elements"] > 0 for e in r["epochs"]) for r in res.values())
+    bad = subprocess.run([sys.executable, str(tool), "--device", "cpu", "--epochs", "1", "--changed", "0",
+                          "--delete", "moe_combine", "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "MISMATCH" in bad.stdout and "moe_combine.out" in bad.stdout
+    res = json.loads(out.read_text())["results"]
+    fused = {n: r for n, r in res.items() if n.endswith("fused")}
+    assert len(fused) == 2 and all(all(r["per_rank"]) and r["by_op"]["moe_combine"] > 0 for r in fused.values())
+    assert not any(any(r["per_rank"]) for n, r in res.items() if n not in fused)  # no moe_combine to leave out
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.sampled_from([1, 2]), st.integers(1, 8), st.sampled_from(["dspark", "mtp1"]),
+       st.sampled_from(["packed", "expanded"]), st.sampled_from(["official", "fused"]))
+def test_every_pointer_argument_lies_in_its_allocation(tp, rows, kind, weights, combine):
+    """plan.arena / plan.locate, the binding rule of both level-zero paths: every pointer argument of
+    every launch lies inside its allocation; arena regions are aligned, disjoint and hold their bytes;
+    a view is exactly its rank's slice; a rank's MoE launches touch only that rank's slices."""
+    from decoder_shell.commands.program import build_cycle
+    from decoder_shell.contracts.allreduce import RingContract
+    from decoder_shell.drivers.level_zero import plan as planning
+    from decoder_shell.geometry import preset
+
+    cyc = build_cycle(preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind=kind, moe_weights=weights,
+                             moe_combine=combine), RingContract())
+    plan = planning.build_plan(cyc, planning.group_size(256))
+    layout = planning.arena(plan)
+    spans = sorted(layout.regions.values())
+    assert spans and all(o % planning.ARENA_ALIGN == 0 for o, _ in spans)
+    assert all(a[0] + a[1] <= b[0] for a, b in zip(spans, spans[1:])) and spans[-1][0] + spans[-1][1] <= layout.nbytes
+    size = {planning.ARENA: layout.nbytes, **{b.id: max(b.nbytes, 1) * cyc.ranks for b in cyc.buffers}}
+    moe = 0
+    for launch in plan:
+        for a in launch.args:
+            where = planning.locate(cyc, layout, a)
+            if where is None:
+                assert a.kind in planning.SCALARS
+                continue
+            space, offset, n = where
+            assert 0 <= offset and offset + n <= size[space], (launch.kernel, a)
+            if a.kind == "view":
+                bid, rank = a.value
+                assert rank == launch.rank and (offset, n) == (rank * cyc.buffers[bid].nbytes, cyc.buffers[bid].nbytes)
+            if a.kind == "scratch":
+                moe += 1
+                assert a.value[1] == launch.rank and n == a.value[3]
+    assert moe > 0

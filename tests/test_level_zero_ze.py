@@ -142,6 +142,19 @@ def test_command_list_replay_on_gpu():
     assert res.exact and "Level Zero GPU" in res.driver
 
 
+def test_moe_command_lists_exact_on_gpu():
+    """On a Level Zero GPU: the MoE cycles (tiny-moe TP2, packed and expanded, dspark and mtp1) in the
+    command lists give the cpu driver's bits on every output of every rank (tools/level_zero_moe_check.py)."""
+    try:
+        ze.require_driver()
+    except DriverUnavailable as e:
+        pytest.skip(f"no Level Zero GPU: {e}")
+    import sys
+    tool = Path(__file__).resolve().parents[1] / "tools" / "level_zero_moe_check.py"
+    r = subprocess.run([sys.executable, str(tool), "--device", "gpu"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_result_names_match_the_header():
     """Every ze_result_t value and name of ze_api.h, none invented or misnumbered."""
     import re

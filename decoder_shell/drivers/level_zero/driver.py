@@ -7,7 +7,7 @@ on the OpenCL CPU device it submits the prebuilt launch plan through SYCL (sycl_
 from __future__ import annotations
 
 from ...geometry import DENSE_OPS, MOE_OPS
-from ..base import Driver, refuse_moe, require_support
+from ..base import Driver, require_support
 from . import runtime
 
 
@@ -30,7 +30,6 @@ class LevelZeroDriver(Driver):
         require_support(cycle, "level-zero", fused_norm=False,
                         ops=("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head", *MOE_OPS, *DENSE_OPS))
         if self.kind == "gpu":
-            refuse_moe(cycle, "level-zero (Level Zero GPU path)")
             from .ze_session import ZeSession
             return ZeSession(cycle, self.target, variants)
         from .sycl_session import SyclSession

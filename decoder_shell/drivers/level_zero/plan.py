@@ -8,6 +8,7 @@ An all-reduce is one launch that writes every rank's output; an mHC command is o
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +43,57 @@ class Launch:
     args: tuple[Arg, ...]
     global_size: int
     local_size: int
+
+
+#: The arena: one device allocation per session beside the cycle's buffers (moe_plan's scratch, the tables).
+ARENA = "arena"
+#: Byte alignment of every region in the arena.
+ARENA_ALIGN = 256
+#: The C type of each scalar argument kind.
+SCALARS = {"u32": ctypes.c_uint32, "i32": ctypes.c_int32, "f32": ctypes.c_float, "u64": ctypes.c_uint64}
+
+
+@dataclass(frozen=True)
+class Arena:
+    """Where each region a plan needs beyond the cycle's buffers sits in the session's arena: every
+    "scratch" region (command, rank, name) and the decode tables ("tables"), at offsets fixed at
+    load, so both paths allocate once and no epoch allocates."""
+
+    regions: dict  # key -> (offset, bytes)
+    nbytes: int
+
+
+def arena(plan: list[Launch]) -> Arena:
+    from ...contracts.quant import decode_tables  # the tables' size: one definition
+    regions, end = {}, 0
+    for launch in plan:
+        for a in launch.args:
+            key, size = ((a.value[:3], a.value[3]) if a.kind == "scratch" else
+                         ("tables", decode_tables().nbytes) if a.kind == "tables" else (None, 0))
+            if key is not None and key not in regions:
+                regions[key] = (end, int(size))
+                end += -(-max(int(size), 1) // ARENA_ALIGN) * ARENA_ALIGN
+    return Arena(regions, end)
+
+
+def locate(cyc: Cycle, layout: Arena, a: Arg) -> tuple | None:
+    """Where a pointer argument points, as (allocation, byte offset, bytes): the allocation is a
+    buffer id (every rank's copy back to back) or ARENA. None for a scalar. Both the SYCL path and
+    the Level Zero command lists bind pointers through this one rule."""
+    if a.kind == "buffer":
+        return a.value, 0, max(cyc.buffers[a.value].nbytes, 1) * cyc.ranks
+    if a.kind == "view":
+        bid, rank = a.value
+        n = cyc.buffers[bid].nbytes
+        return bid, rank * n, n
+    if a.kind in ("scratch", "tables"):
+        return (ARENA, *layout.regions[a.value[:3] if a.kind == "scratch" else "tables"])
+    return None
+
+
+def scalar(a: Arg):
+    """A scalar argument as its C value."""
+    return SCALARS[a.kind](a.value)
 
 
 def group_size(max_group: int) -> int:

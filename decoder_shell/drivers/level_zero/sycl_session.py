@@ -8,8 +8,6 @@ events: each launch's device start..end.
 
 from __future__ import annotations
 
-import ctypes
-
 import numpy as np
 
 from ...commands.program import Cycle
@@ -17,8 +15,6 @@ from ...errors import BuildError, DriverUnavailable
 from ..base import Session
 from . import plan as planning
 from . import spirv
-
-_SCALARS = {"u32": ctypes.c_uint32, "i32": ctypes.c_int32, "f32": ctypes.c_float, "u64": ctypes.c_uint64}
 
 
 class Target:
@@ -63,38 +59,39 @@ class SyclSession(Session):
             raise DriverUnavailable(f"{self.target.device.name} cannot hold the cycle's {need / 2**20:.0f} MiB "
                                     f"of buffers: {e}") from None
         self._outputs = [self.mem[b.id] for b in cycle.outputs()]
-        # MoE launches: staging of h per (command, rank) and the ml_dtypes decode tables (moe_plan.py)
-        self.scratch = {a.value[:3]: dpctl.memory.MemoryUSMDevice(max(a.value[3], 1), queue=self.queue)
-                        for l in self.plan for a in l.args if a.kind == "scratch"}
-        self.tables = None
-        if any(a.kind == "tables" for l in self.plan for a in l.args):
+        # The arena: scratch regions of MoE launches (h and its codes and scales per command and rank)
+        # and the ml_dtypes decode tables, at offsets fixed here (plan.arena; ze_session binds the same)
+        self.layout = planning.arena(self.plan)
+        self.arena = dpctl.memory.MemoryUSMDevice(max(self.layout.nbytes, 1), queue=self.queue)
+        if "tables" in self.layout.regions:
             from ...contracts.quant import decode_tables
-            t = decode_tables()
-            self.tables = dpctl.memory.MemoryUSMDevice(t.nbytes, queue=self.queue)
-            self.tables.copy_from_host(t.view(np.uint8))
+            self._at(planning.ARENA, *self.layout.regions["tables"]).copy_from_host(decode_tables().view(np.uint8))
         kernels = {name: self.program.get_sycl_kernel(name) for name in {l.kernel for l in self.plan}}
         self.launches = [(kernels[l.kernel], [self._arg(a) for a in l.args], [l.global_size], [l.local_size])
                          for l in self.plan]
 
-    def _arg(self, a: planning.Arg):
-        if a.kind == "view":
-            return self._view(a.value[1], a.value[0])
-        if a.kind == "scratch":
-            return self.scratch[a.value[:3]]
-        if a.kind == "tables":
-            return self.tables
-        return self.mem[a.value] if a.kind == "buffer" else _SCALARS[a.kind](a.value)
+    def allocation(self, space):
+        """The device allocation of a buffer id or of planning.ARENA."""
+        return self.arena if space == planning.ARENA else self.mem[space]
 
-    def _view(self, rank: int, buffer_id: int):
-        """A dpctl view of one rank's slice of a buffer (a fixed address inside the allocation)."""
+    def _arg(self, a: planning.Arg):
+        where = planning.locate(self.cycle, self.layout, a)
+        return planning.scalar(a) if where is None else self._at(*where)
+
+    def _at(self, space, offset: int, nbytes: int):
+        """A dpctl view of `nbytes` at `offset` inside an allocation (a fixed address for the session)."""
         import dpctl.memory
 
-        b = self.cycle.buffers[buffer_id]
-        base = self.mem[buffer_id]
-        ptr = base._pointer + rank * b.nbytes
-        iface = {"data": (ptr, False), "shape": (b.nbytes,), "strides": None, "typestr": "|u1",
+        base = self.allocation(space)
+        if offset == 0 and nbytes == base.nbytes:
+            return base
+        iface = {"data": (base._pointer + offset, False), "shape": (nbytes,), "strides": None, "typestr": "|u1",
                  "version": 1, "syclobj": self.queue}
         return dpctl.memory.MemoryUSMDevice(_UsmView(iface, base))
+
+    def _view(self, rank: int, buffer_id: int):
+        """One rank's slice of a buffer."""
+        return self._at(*planning.locate(self.cycle, self.layout, planning.Arg("view", (buffer_id, rank))))
 
     def write(self, rank, buffer_id, value):
         b = self.cycle.buffers[buffer_id]

@@ -6,8 +6,14 @@ previous one and signals a kernel-timestamp event), which is then closed. An epo
 zeCommandQueueExecuteCommandLists of that list. Everything created is recorded as it is made and
 destroyed in reverse by close(), also after a build that failed half way.
 
-It needs only a context, a device and each buffer's device address, so the same call sequence runs
-on a GPU (ze_session.py, over dpctl's allocations) and under the loader's null driver with the
+Arguments are bound from the plan's own Args through plan.locate, the rule the SYCL path binds by:
+a pointer is its allocation's address plus a fixed offset (a rank's slice of a buffer, or a region
+of the arena that holds the MoE commands' scratch and the decode tables), a scalar its C value. So
+every kernel the plan holds (mHC, all-reduce, each MoE command, any kernel added to moe_plan.py)
+comes along without code here.
+
+It needs only a context, a device and each allocation's device address, so the same call sequence
+runs on a GPU (ze_session.py, over dpctl's allocations) and under the loader's null driver with the
 validation layer (tests/test_level_zero_null.py, over zeMemAllocDevice).
 """
 
@@ -19,14 +25,14 @@ from ctypes import byref, c_void_p
 from . import plan as planning
 from . import spirv, ze
 
-_C = {"u32": ctypes.c_uint32, "i32": ctypes.c_int32, "f32": ctypes.c_float}
-
 
 class ZeProgram:
     def __init__(self, loader: ze.Loader, context, device, cycle, plan: list, address, il: bytes):
-        """`address(buffer_id)` is the device address of that buffer's allocation (every rank's copy)."""
+        """`address(allocation)` is the device address of a buffer id's allocation (every rank's copy)
+        or, for plan.ARENA, of an allocation of at least `plan.arena(plan).nbytes` (self.layout)."""
         self.ze, self.context, self.device = loader, context, device
         self.cycle, self.plan, self.address = cycle, plan, address
+        self.layout = planning.arena(plan)
         self._objects: list[tuple[str, c_void_p]] = []
         try:
             props = ze.device_properties(loader, device)
@@ -77,7 +83,8 @@ class ZeProgram:
                          byref(ze.KernelDesc(stype=ze.STYPE_KERNEL_DESC, pKernelName=launch.kernel.encode())))
         self.ze.zeKernelSetGroupSize(k, launch.local_size, 1, 1)
         for i, a in enumerate(launch.args):
-            value = c_void_p(self.address(a.value)) if a.kind == "buffer" else _C[a.kind](a.value)
+            where = planning.locate(self.cycle, self.layout, a)
+            value = planning.scalar(a) if where is None else c_void_p(self.address(where[0]) + where[1])
             self.ze.zeKernelSetArgumentValue(k, i, ctypes.sizeof(value), byref(value))
         return k
 

@@ -1,7 +1,8 @@
 """The Level Zero GPU session: dpctl's USM buffers and SYCL eager path, plus one immutable command list.
 
 At load, the plan becomes a ZeProgram (ze_program.py) on the native context that owns dpctl's
-allocations. A graph epoch is one execution of its command list; eager epochs go through SYCL.
+allocations: the cycle's buffers and the arena (MoE scratch, decode tables), all made once by
+SyclSession, so the command list and the SYCL path bind the very same addresses. A graph epoch is one execution of its command list; eager epochs go through SYCL.
 Runs only where a Level Zero GPU exists (the same call sequence runs in CI under the loader's null
 driver: tests/test_level_zero_null.py).
 """
@@ -25,7 +26,7 @@ class ZeSession(SyclSession):
             context = c_void_p(sycl_native.native_handle(self.queue.sycl_context))
             device = c_void_p(sycl_native.native_handle(target.device))
             self.program_ze = ZeProgram(self.ze, context, device, cycle, self.plan,
-                                        lambda bid: self.mem[bid]._pointer, target.spirv)
+                                        lambda space: self.allocation(space)._pointer, target.spirv)
         except BaseException:
             super().close()
             raise
