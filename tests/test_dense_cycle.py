@@ -203,12 +203,13 @@ def test_attention_shape_off_the_grid_is_refused():
     assert_one_line_error(run_shell("synth", "--preset", "tiny-moe-attn", "--tp", "3", "--out", "/nonexistent/x"), 2)
 
 
-def test_gpu_paths_without_dense_kernels_refuse_in_one_line():
+def test_cycle_forms_without_dense_nodes_refuse_in_one_line():
+    """The cuda driver's persistent cycle forms hold no MoE or dense nodes: refused by name."""
     from decoder_shell.drivers.base import refuse_moe
     cyc = build_cycle(attn_geometry(), RingContract())
     cyc.commands = [c for c in cyc.commands if c.op in DENSE_OPS]  # past the MoE check, to the dense one
     with pytest.raises(UsageError, match="dense attention commands"):
-        refuse_moe(cyc, "level-zero (Level Zero GPU path)")
+        refuse_moe(cyc, "cuda (persistent cycle)")
 
 
 def test_corpus_with_an_off_grid_attention_shape_is_one_line_exit_2(tmp_path):
