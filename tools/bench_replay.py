@@ -14,6 +14,7 @@ functions through torch.compile (inductor), in one CUDA graph, at those M. All t
 over epochs, slowest rank; ratios last.
 
     python tools/bench_replay.py [--rows 1 2 4 8] [--tp 4] [--epochs 50] [--persistent]
+                                 [--sinkhorn-forms regs regs-shared]
                                  [--vllm-src /path/to/vllm-src] [--torch-compile 2 8] [--only-main]
                                  [--json out.json]
 """
@@ -22,9 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -40,9 +43,36 @@ from decoder_shell.replay.compare import mismatches  # noqa: E402
 from torch_baseline import cycle_runner, device_values, event_ms, graph_of  # noqa: E402
 
 
-def shell_times(drv, cyc, values, expected, variants, epochs, warmup=10):
-    """Median slowest-rank ms per cycle of graph epochs, and the mismatch count of a checked epoch."""
-    with drv.load(cyc, variants) as s:
+#: Builds a bench row can ask for: a Sinkhorn form (kernels.SINKHORN_FORMS), "+late" for the persistent
+#: kernel with a unit's weights requested after post and comb (DECODER_SHELL_CUDA_PERSIST_LATE).
+FORMS = [f + late for f in ("lanes", "regs", "regs-shared") for late in ("", "+late")]
+
+
+@contextmanager
+def sinkhorn_form(name: str | None):
+    """The build `name` (FORMS) while a session compiles its kernels (None: the environment's own)."""
+    keys = ("DECODER_SHELL_CUDA_SINKHORN", "DECODER_SHELL_CUDA_PERSIST_LATE")
+    old = {k: os.environ.get(k) for k in keys}
+    if name:
+        os.environ[keys[0]] = name.split("+")[0]
+        os.environ[keys[1]] = "1" if name.endswith("+late") else "0"
+    try:
+        yield
+    finally:
+        if name:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def shell_times(drv, cyc, values, expected, variants, epochs, warmup=10, sinkhorn=None):
+    """Median slowest-rank ms per cycle of graph epochs, and the mismatch count of a checked epoch.
+    sinkhorn: the build its kernels get (FORMS; None: the default)."""
+    with sinkhorn_form(sinkhorn):
+        s = drv.load(cyc, variants)
+    with s:
         for r in range(cyc.ranks):
             for bid, a in values[r].items():
                 s.write(r, bid, a)
@@ -157,6 +187,9 @@ def main():
     ap.add_argument("--vllm-paths", nargs="+", default=["triton", "tilelang"], choices=["triton", "tilelang"])
     ap.add_argument("--only-main", action="store_true",
                     help="baseline, persistent, floor, torch graph and peers only (no eager torch, no ablation rows)")
+    ap.add_argument("--sinkhorn-forms", nargs="*", default=[], choices=FORMS,
+                    help="also the graph path and the persistent cycle built with these Sinkhorn forms (same "
+                         "run; FORM+late: the persistent cycle only, weights requested after post and comb)")
     ap.add_argument("--torch-compile", type=int, nargs="*", default=[], metavar="M",
                     help="also torch.compile'd mHC in one CUDA graph at these M (inductor compiles once per M)")
     ap.add_argument("--json", type=Path)
@@ -177,6 +210,11 @@ def main():
         if persistent is not None:
             configs["shell persistent"] = (persistent, {})
             configs["shell persistent, row flags"] = (flags, {})
+        for form in args.sinkhorn_forms:  # same commands, the Sinkhorn built in another (bit-identical) form
+            if not form.endswith("+late"):
+                configs[f"shell baseline, sinkhorn {form}"] = (drv, {}, form)
+            if persistent is not None:
+                configs[f"shell persistent, sinkhorn {form}"] = (persistent, {}, form)
         if not args.only_main:
             configs.update({"shell baseline, plain edges (no PDL)": (plain, {}),
                             "shell grid-barrier mHC": (drv, {i: "grid-barrier" for i in mh}),
@@ -187,8 +225,8 @@ def main():
             configs[f"shell fused-m{m}"] = (drv, {i: f"fused-m{m}" for i in mh})
         configs["floor: empty kernels"] = (drv, {c.index: "empty" for c in cyc.commands})
         row = {"M": m, "tp": args.tp, "commands_per_rank": len(cyc.commands)}
-        for name, (d, v) in configs.items():
-            med, bad, nodes = shell_times(d, cyc, values, expected, v, args.epochs)
+        for name, (d, v, *form) in configs.items():
+            med, bad, nodes = shell_times(d, cyc, values, expected, v, args.epochs, sinkhorn=form[0] if form else None)
             row[name] = {"ms": med, "mismatches": bad if "empty" not in name else None, "kernel_nodes": nodes}
         if not args.no_torch:
             eager, graph = torch_times(cyc, values, eager_reps=0 if args.only_main else 3)

@@ -22,9 +22,18 @@ is exact, the FMA build is caught and the watchdog fired.
 
     python tools/persistent_check.py --out $OUT [--vllm-src /path/holding/vllm] [--cases 16]
 
---quick (under 4 minutes on an H200 from a cold kernel cache): the same stages with fewer cases and
-epochs (8 random cases, 4 with row flags, 30 + 8 replay epochs), the profile at M=2 and M=8 in the
-default build only (row flags at M=2), and a 200 s budget.
+0. (first) tools/sinkhorn_bench.py: the post/comb chain's pieces timed inside one warp per Sinkhorn
+   form (`lanes`, the default; `regs`, `regs-shared`), every output checked bit-for-bit; then the
+   other builds (--sinkhorn-forms: a form, +late for a unit's weights requested after post and comb)
+   through the persistent kernel (and the forms through the graph path) on random cycles; the bench
+   carries a graph-path row per form and a persistent row per build, same run, and the profile one
+   more M=2 entry for the newest build.
+
+--quick (under 8 minutes on an H200 from a cold kernel cache): the same stages with fewer cases and
+epochs (8 random cases, 4 with row flags, 2 per benched build, 30 + 8 replay epochs), the bench with
+the last two of --sinkhorn-forms only (`regs-shared`, `regs-shared+late` by default), the
+micro-benchmark without its ptxas report, the profile at M=2 and M=8 in the default build (row flags
+and the newest build at M=2), and a 390 s budget.
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ from decoder_shell.drivers import get_driver  # noqa: E402
 from decoder_shell.errors import MismatchError, ShellError  # noqa: E402
 from decoder_shell.geometry import Geometry  # noqa: E402
 from decoder_shell.replay.selfcheck import run_case, self_check  # noqa: E402
+from bench_replay import FORMS, sinkhorn_form  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,15 +109,21 @@ def main():
     ap.add_argument("--vllm-src", type=Path, help="folder holding vllm/ (or a .tgz of vLLM's .py files)")
     ap.add_argument("--vllm-paths", nargs="+", default=["triton", "tilelang"], choices=["triton", "tilelang"])
     ap.add_argument("--budget", type=float, default=510.0, help="seconds; no stage starts after this")
-    ap.add_argument("--quick", action="store_true", help="fewer cases and epochs, default build only (< 4 min)")
+    ap.add_argument("--quick", action="store_true", help="fewer cases and epochs, default build only (< 8 min)")
+    ap.add_argument("--sinkhorn-forms", nargs="*", default=["regs", "lanes+late", "regs-shared", "regs-shared+late"],
+                    choices=FORMS, help="builds besides the default (bench_replay.FORMS): checked on random cycles "
+                                        "and benched; the micro-benchmark always times every form")
     args = ap.parse_args()
     if args.quick:
         args.cases, args.epochs, args.changed = min(args.cases, 8), min(args.epochs, 30), min(args.changed, 8)
-        args.bench_epochs, args.budget = min(args.bench_epochs, 20), min(args.budget, 200.0)
+        args.bench_epochs, args.budget = min(args.bench_epochs, 20), min(args.budget, 390.0)
+    bench_forms = args.sinkhorn_forms[-2:] if args.quick else args.sinkhorn_forms  # the M table: two builds when quick
     flag_epochs, flag_changed = (10, 2) if args.quick else (20, 4)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     st = Stages(args.budget)
+    bench_text: list = []
+    micro_text: list = []
     try:
         pdrv = get_driver("cuda", placement="emulated", cycle="persistent")
     except ShellError as e:
@@ -126,6 +142,26 @@ def main():
         summary = self_check(fdrv, max(4, args.cases // 2), args.seed + 1, variants=False)
         summary["failures"] = summary["failures"][:5]
         return summary, summary["mismatching_elements"] == 0 and summary["elements_compared"] > 0
+
+    def sinkhorn_bench():  # 0. the post/comb chain's pieces per Sinkhorn form, every output checked
+        rc, text = sh([sys.executable, "tools/sinkhorn_bench.py", "--json", str(out / "sinkhorn.json"),
+                       *(["--no-registers"] if args.quick else [])], out / "sinkhorn.log", min(150.0, st.left()))
+        micro_text.append(text)
+        v = json.loads((out / "sinkhorn.json").read_text()) if (out / "sinkhorn.json").exists() else {}
+        return ({"exit": rc, **{f: {"exact": r["exact"], **r["mismatches"]} for f, r in v.get("forms", {}).items()}},
+                rc == 0)
+
+    def random_forms():  # the other builds, random cycles, persistent kernel and (Sinkhorn forms) graph path
+        res = {}
+        gdrv = get_driver("cuda", placement="emulated")
+        for form in bench_forms:
+            with sinkhorn_form(form):
+                for kind, d in (("persistent", pdrv), ("graph", gdrv)):
+                    if kind == "graph" and form.endswith("+late"):
+                        continue
+                    summary = self_check(d, max(2, args.cases // 4), args.seed + 2, variants=kind == "graph")
+                    res[f"{form} {kind}"] = {k: summary[k] for k in ("elements_compared", "mismatching_elements")}
+        return res, all(r["mismatching_elements"] == 0 and r["elements_compared"] > 0 for r in res.values())
 
     def fma():  # ... and the FMA build caught
         values = injected_values(cyc, [args.seed, 99999])
@@ -188,6 +224,11 @@ def main():
         import persistent_profile
         prof.extend(persistent_profile.profile(m) for m in (2, 8))
         prof.extend(persistent_profile.profile(m, cycle="persistent-flags") for m in ((2,) if args.quick else (2, 8)))
+        for form in bench_forms[-1:]:  # the newest build, where its time goes
+            with sinkhorn_form(form):
+                p = persistent_profile.profile(2)
+            p["kernel"] += f", {form}"
+            prof.append(p)
         if not args.quick:
             os.environ["DECODER_SHELL_CUDA_PERSIST_OPG"] = "4"  # the other build, for the record
             try:
@@ -199,16 +240,18 @@ def main():
             print(persistent_profile.render(p) + "\n", flush=True)
         return {p["kernel"] + f" M={p['M']}": round(p["cycle_ms"], 4) for p in prof}, True
 
-    bench_text = []
-
     def bench():  # 6. the bench, in its own process
         cmd = [sys.executable, "tools/bench_replay.py", "--rows", "1", "2", "4", "8", "--epochs",
-               str(args.bench_epochs), "--persistent", "--only-main", "--json", str(out / "bench.json")]
+               str(args.bench_epochs), "--persistent", "--only-main", "--json", str(out / "bench.json"),
+               "--sinkhorn-forms", *bench_forms]
         if args.vllm_src:
             cmd += ["--vllm-src", str(args.vllm_src), "--vllm-paths", *args.vllm_paths]
         rc, text = sh(cmd, out / "bench.log", min(330.0, st.left()))
         bench_text.append(text)
-        return {"exit": rc}, rc == 0
+        rows = json.loads((out / "bench.json").read_text())["rows"] if (out / "bench.json").exists() else []
+        bad = {n: sum(r[n]["mismatches"] for r in rows if n in r) for n in (rows[0] if rows else {})
+               if n.startswith("shell") and isinstance(rows[0][n], dict) and rows[0][n].get("mismatches") is not None}
+        return {"exit": rc, "mismatching": bad}, rc == 0 and bool(bad) and not any(bad.values())
 
     def bench_tp1():  # 7. one rank, M=2
         cmd = [sys.executable, "tools/bench_replay.py", "--tp", "1", "--rows", "2", "--epochs", str(args.bench_epochs),
@@ -221,8 +264,10 @@ def main():
 
     # the bench first, in its own process (its persistent rows carry their own mismatch counts), then
     # the exactness checks, then the rest: a stage past the budget is skipped, not cut
+    st.run("sinkhorn micro-benchmark", sinkhorn_bench)
     st.run("bench", bench)
     st.run("random cases", random_cases)
+    st.run("random cases, other sinkhorn forms", random_forms)
     st.run("random cases, row flags", random_flags)
     st.run("fma build", fma)
     st.run("watchdog", watchdog)
@@ -232,6 +277,8 @@ def main():
     st.run("processes placement", processes)
     st.run("bench --tp 1", bench_tp1)
     (out / "check.json").write_text(json.dumps(st.res, indent=1, default=str))
+    for text in micro_text:
+        print(text.strip() or f"(sinkhorn bench: see {out})")
     for text in bench_text:
         print(text[text.find("\ncuda"):] if "\ncuda" in text else f"(bench: see {out})")
     print("| check | result |\n|---|---|")

@@ -98,6 +98,35 @@ __device__ __forceinline__ float pexp(float x) {
 }
 __device__ __forceinline__ float psigmoid(float z) { return DIV(1.0f, ADD(1.0f, pexp(-z))); }
 
+// ---- quotients by a shared denominator --------------------------------------------------------
+// __fdiv_rn's fast path on sm_90 is y0 = MUFU.RCP(b), y = y0 + y0*(1 - b*y0), q0 = a*y,
+// q = q0 + y*(a - b*q0) (five FMAs) behind an FCHK (an operand range check) that sends the others to
+// a slow path. The part that depends on b alone (the reciprocal and its Newton step) is the same for
+// every quotient by b, so Recip makes it once and div_by runs the three per-quotient operations: the
+// same instructions on the same values as __fdiv_rn, hence its bits (the contract's one correctly
+// rounded division per element). Operands outside 2^-60 <= |a|, |b| < 2^60 (zeros, subnormals,
+// infinities, NaN, extreme ratios) take __fdiv_rn itself, slow path included.
+// tests/test_sinkhorn_forms.py checks the SASS (the fast path is __fdiv_rn's instruction for
+// instruction) and the sequence's rounding with an exact FMA; tools/sinkhorn_bench.py compares both
+// with numpy's division on the device over every binade.
+__device__ __forceinline__ bool div_safe(float v) {
+  return (__float_as_uint(v) & 0x7fffffffu) - 0x21800000u < 0x3c000000u;  // 2^-60 <= |v| < 2^60
+}
+struct Recip {
+  float b, y;
+  bool safe;
+};
+__device__ __forceinline__ Recip recip(float b) {
+  float y0;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y0) : "f"(b));
+  return {b, __fmaf_rn(y0, __fmaf_rn(-b, y0, 1.0f), y0), div_safe(b)};
+}
+__device__ __forceinline__ float div_by(float a, const Recip& d) {
+  if (!(d.safe && div_safe(a))) return DIV(a, d.b);
+  const float q0 = __fmul_rn(a, d.y);
+  return __fmaf_rn(d.y, __fmaf_rn(-d.b, q0, a), q0);
+}
+
 // ---- ring all-reduce contract (contracts/allreduce.py) -------------------------------------------
 struct Ring {
   int n, ranks, cpr, per, offset, dir, hop, segments, is_bf16;
@@ -386,9 +415,49 @@ __device__ __forceinline__ void lane_dots(const MhcArgs& a, float (&f)[UF][OPG],
   }
 }
 
+// The Sinkhorn normalizations after the softmax (col, then (row, col) x (iters - 1)) with the whole
+// 4x4 comb in this thread's registers (SINKHORN_FORM 1 and 2): a row or column sum is 4 adds left to
+// right with no shuffle, and the 16 quotients of a half-iteration are independent (they pipeline).
+// Form 2 divides by each sum through one shared reciprocal (div_by), form 1 with __fdiv_rn per element.
+// Same operations in the same order as the lane form: the bits cannot differ.
+template <bool COLS, bool SHARED>
+__device__ __forceinline__ void sinkhorn_half(float (&c)[HC * HC], float eps) {
+  constexpr int ST = COLS ? HC : 1;
+  float s[HC];
+#pragma unroll
+  for (int i = 0; i < HC; i++) {
+    const int b0 = COLS ? i : i * HC;
+    s[i] = ADD(ADD(ADD(ADD(c[b0], c[b0 + ST]), c[b0 + 2 * ST]), c[b0 + 3 * ST]), eps);
+  }
+  if (SHARED) {
+    Recip d[HC];
+#pragma unroll
+    for (int i = 0; i < HC; i++) d[i] = recip(s[i]);
+#pragma unroll
+    for (int e = 0; e < HC * HC; e++) c[e] = div_by(c[e], d[COLS ? e % HC : e / HC]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < HC * HC; e++) c[e] = DIV(c[e], s[COLS ? e % HC : e / HC]);
+  }
+}
+template <bool SHARED>
+__device__ __forceinline__ void sinkhorn_regs(float (&c)[HC * HC], float eps, int iters) {
+  if (iters <= 0) return;
+  sinkhorn_half<true, SHARED>(c, eps);
+  for (int it = 1; it < iters; it++) {
+    sinkhorn_half<false, SHARED>(c, eps);
+    sinkhorn_half<true, SHARED>(c, eps);
+  }
+}
+
+#ifndef SINKHORN_FORM
+#define SINKHORN_FORM 0  // 0: one entry per lane, sums by shuffles; 1, 2: the comb in registers (above)
+#endif
+
 // Softmax over k, + eps, then the Sinkhorn normalizations (col, then (row, col) x (iters - 1)), for
 // the comb entry (j, k) this lane owns; the 16 lanes rowbase .. rowbase+15 of the warp hold one row's
-// 4x4 comb, and row/column sums gather their 4 values with shuffles and add them left to right.
+// 4x4 comb, and row/column sums gather their 4 values with shuffles and add them left to right
+// (SINKHORN_FORM 0), or every lane gathers the whole comb after the softmax and runs sinkhorn_regs.
 // Every lane of the warp must call it.
 __device__ __forceinline__ float sinkhorn_lane(float c, int j, int k, unsigned rowbase, float eps, int iters) {
   float c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0), c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
@@ -401,6 +470,21 @@ __device__ __forceinline__ float sinkhorn_lane(float c, int j, int k, unsigned r
 #ifdef ABL_NO_SINKHORN
   iters = 0;
 #endif
+#if SINKHORN_FORM > 0
+  float m[HC * HC];
+#pragma unroll
+  for (int e = 0; e < HC * HC; e++) m[e] = __shfl_sync(0xffffffffu, c, rowbase + e);
+  sinkhorn_regs<SINKHORN_FORM == 2>(m, eps, iters);
+  // the lane's own entry by a select chain over values the compiler cannot see as the array's (it would
+  // otherwise fold the chain back into a dynamic index, and the comb into local memory)
+  c = m[0];
+#pragma unroll
+  for (int e = 1; e < HC * HC; e++) {
+    float v;
+    asm("mov.b32 %0, %1;" : "=f"(v) : "f"(m[e]));
+    c = e == j * HC + k ? v : c;
+  }
+#else
   for (int it = 0; it < 2 * iters - 1; it++) {
     const bool cols = (it & 1) == 0;
     const unsigned b0 = cols ? rowbase + k : rowbase + j * 4, st = cols ? 4 : 1;
@@ -408,6 +492,7 @@ __device__ __forceinline__ float sinkhorn_lane(float c, int j, int k, unsigned r
     const float s2 = __shfl_sync(0xffffffffu, c, b0 + 2 * st), s3 = __shfl_sync(0xffffffffu, c, b0 + 3 * st);
     c = DIV(c, ADD(ADD(ADD(ADD(s0, s1), s2), s3), eps));
   }
+#endif
   return c;
 }
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...contracts.numerics import LANES
+from ...errors import UsageError
 from ...geometry import DENSE_OPS, MOE_OPS
 from . import moe
 from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin, cuda_include_dirs
@@ -26,6 +27,21 @@ SOURCE = "".join(Path(__file__).with_name(f).read_text() for f in SOURCES)
 BLOCK = 128
 NOUT = {"mhc_pre": 24, "mhc_post_pre": 24, "mhc_post_head": 4}
 OPNAME = {"mhc_pre": "OP_PRE", "mhc_post_pre": "OP_POST_PRE", "mhc_post_head": "OP_POST_HEAD"}
+
+
+#: Forms of the Sinkhorn (kernels.cu SINKHORN_FORM), all bit-identical: `lanes` one comb entry per lane
+#: with shuffled sums, `regs` the whole comb in each lane's registers, `regs-shared` the same with each
+#: sum's reciprocal shared by its quotients. DECODER_SHELL_CUDA_SINKHORN picks one for both the graph
+#: kernels and the persistent cycle, so one run can time them side by side.
+SINKHORN_FORMS = {"lanes": 0, "regs": 1, "regs-shared": 2}
+
+
+def sinkhorn_flags() -> tuple[str, ...]:
+    """The compile flag of the Sinkhorn form the environment asks for (none for the default)."""
+    name = os.environ.get("DECODER_SHELL_CUDA_SINKHORN", "") or "lanes"
+    if name not in SINKHORN_FORMS:
+        raise UsageError(f"DECODER_SHELL_CUDA_SINKHORN={name}: not one of {', '.join(SINKHORN_FORMS)}")
+    return (f"-DSINKHORN_FORM={SINKHORN_FORMS[name]}",) if SINKHORN_FORMS[name] else ()
 
 
 def outputs_per_block(op: str, rows: int) -> int:
@@ -123,7 +139,7 @@ class Modules:
         src = SOURCE + "".join(sp.wrapper() for sp in specs.values())
         for flags, names, suffix in ((EXACT_FLAGS, [*specs, *ENTRIES], ""), (FMA_FLAGS, sorted(fma), ":fma")):
             if names:
-                mod = self._load(compile_cubin(src, self.arch, flags))
+                mod = self._load(compile_cubin(src, self.arch, (*flags, *sinkhorn_flags())))
                 for n in names:
                     self.funcs[n + suffix] = self.cu.cuModuleGetFunction(mod, n.encode())
         if moe_ops:  # the MoE draft kernels: their own module (moe.py assembles it on kernels.cu's prelude)

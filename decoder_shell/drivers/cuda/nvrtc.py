@@ -90,3 +90,36 @@ def compile_cubin(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernel
         nvrtc.nvrtcDestroyProgram(prog)
     write_atomic(path, cubin)
     return cubin
+
+
+def ptxas_report(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernels.cu") -> dict[str, dict]:
+    """Registers, spill bytes and stack of every entry as ptxas reports them (an uncached build with
+    -v): {entry: {"registers": n, "spill_stores": b, "spill_loads": b, "stack": b}}. A compile error is
+    a BuildError, as in compile_cubin."""
+    import re
+    nvrtc, _ = bindings()
+    opts = [f"--gpu-architecture={arch}", *flags, "--ptxas-options=-v"]
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
+    if int(err) != 0:
+        raise BuildError(f"{name}: nvrtcCreateProgram failed: {status_name(nvrtc, err)}")
+    try:
+        res = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        _, size = nvrtc.nvrtcGetProgramLogSize(prog)
+        log = bytearray(size)  # a fresh buffer NVRTC writes into (see compile_cubin)
+        nvrtc.nvrtcGetProgramLog(prog, log)
+        text = log.decode(errors="replace")
+        if int(res[0]) != 0:
+            raise BuildError(f"{name}: NVRTC compilation failed for {arch} ({status_name(nvrtc, res[0])}): "
+                             + text.strip("\0 \n").replace("\n", " | ")[:2000])
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    out, entry = {}, None
+    for line in text.splitlines():
+        if m := re.search(r"Function properties for (\S+)", line):
+            entry = m.group(1)
+            out.setdefault(entry, {})
+        elif entry and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)):
+            out[entry].update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+        elif entry and (m := re.search(r"Used (\d+) registers", line)):
+            out[entry]["registers"] = int(m.group(1))
+    return out

@@ -17,6 +17,10 @@
 // A barrier that does not complete within `timeout_ns` (%globaltimer) sets `err` to the step and
 // every block leaves: the host reports one line instead of hanging the GPU.
 
+#ifndef PERSIST_LATE_WEIGHTS
+#define PERSIST_LATE_WEIGHTS 0  // 1: a unit issues its weight loads after post and comb (persistent.py)
+#endif
+
 __device__ __forceinline__ u64 globaltimer() {
   u64 t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -246,11 +250,18 @@ __device__ void mhc_unit(const PArgs& p, int s, int r, const PStep& st, const Mh
     float xr[Q][MAXR], res[Q][HC];
     lane_inputs<OP, FUSED, Q>(a, m, lane, xr, res);
     float f[UF][G];
+#if PERSIST_LATE_WEIGHTS
+    // the weights are requested after post and comb, so that the Sinkhorn's shuffles do not queue
+    // behind a unit's 128 loads a warp (they then land during the fold instead: L2 hits, prefetched)
+    if (pc_needed) unit_post_comb(a, prod, m, key, pc_key, sh, fresh, pv, pss);
+#endif
 #pragma unroll
     for (int u = 0; u < UF; u++)
 #pragma unroll
       for (int o = 0; o < G; o++) f[u][o] = __ldg(a.fn + (size_t)(o0 + o) * N + lane + u * LANES);
+#if !PERSIST_LATE_WEIGHTS
     if (pc_needed) unit_post_comb(a, prod, m, key, pc_key, sh, fresh, pv, pss);
+#endif
     stamp(stp, 2);
     float sv[1][HC * Q];
     lane_streams_from<OP, FUSED, Q>(a, m, lane, writer, xr, res, sv[0]);

@@ -21,12 +21,18 @@ from ...commands.program import Cycle
 from ...errors import MismatchError, UsageError
 from . import steps as S
 from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin
-from .kernels import SOURCE
+from .kernels import SOURCE, sinkhorn_flags
 from .session import CudaSession
 
 PERSISTENT_SOURCE = (Path(__file__).with_name("persistent.cu")).read_text()
 #: Watchdog: a barrier not complete after this long ends the launch (DECODER_SHELL_CUDA_WATCHDOG_MS).
 WATCHDOG_MS = 2000.0
+
+
+def late_flags() -> tuple[str, ...]:
+    """DECODER_SHELL_CUDA_PERSIST_LATE=1: a unit requests its weights after post and comb are made
+    (persistent.cu PERSIST_LATE_WEIGHTS; only when loads are issued changes, not a value)."""
+    return ("-DPERSIST_LATE_WEIGHTS=1",) if os.environ.get("DECODER_SHELL_CUDA_PERSIST_LATE", "0") == "1" else ()
 
 
 def source(opg: int, q: int) -> tuple[str, str]:
@@ -84,8 +90,8 @@ class PersistentSession(CudaSession):
         self.trace = False
         self.opg = S.outputs_per_unit(cycle)
         src, self.entry = source(self.opg, fast_q(cycle.geometry.hidden))
-        mod = self.modules._load(compile_cubin(src, self.arch, FMA_FLAGS if fma else EXACT_FLAGS,
-                                               name="persistent.cu"))
+        flags = (*(FMA_FLAGS if fma else EXACT_FLAGS), *sinkhorn_flags(), *late_flags())
+        mod = self.modules._load(compile_cubin(src, self.arch, flags, name="persistent.cu"))
         self.func = cu.cuModuleGetFunction(mod, self.entry.encode())
         attr = cu.bindings.CUdevice_attribute
         if not cu.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, drv.device):
