@@ -33,6 +33,15 @@ STREAM_DRAFTS = ("vllm-mtp",)
 #: Every MoE draft command (commands/moe_ops.py).
 MOE_OPS = ("moe_qdq", "moe_gate", "moe_routed", "moe_shared", "moe_combine", "moe_combine_official")
 MOE_WEIGHTS = ("packed", "expanded")
+#: The commands an attention sub-block of a draft phase with `attn` runs before its all-reduce
+#: (commands/dense_ops.py): the dense FP8 projections around the injected attention core `o`.
+ATTN_OPS = ("attn_qdq", "attn_wq_a", "attn_wkv", "attn_q_qdq", "attn_wq_b", "attn_o_qdq", "attn_wo_a",
+            "attn_oa_qdq", "attn_wo_b")
+#: Stage 0's main_proj on the cat of the three taps (before its attention commands).
+MAIN_OPS = ("main_qdq", "main_proj")
+DENSE_OPS = (*MAIN_OPS, *ATTN_OPS)
+#: The dense commands that are projections (a quantized linear), not act_qdq.
+DENSE_PROJECTIONS = ("main_proj", "attn_wq_a", "attn_wkv", "attn_wq_b", "attn_wo_a", "attn_wo_b")
 #: Combine modes (seed section 3): "official" all-reduces the fp32 per-slot and shared partials and then
 #: rounds each to bf16 and adds them in ascending expert id (the model's own arithmetic); "fused" sums
 #: the slots per rank in fp32, one fp32 all-reduce, and the mHC reads the fp32 sum.
@@ -72,6 +81,39 @@ class MoeShape:
 
 
 @dataclass(frozen=True)
+class AttnShape:
+    """The draft attention's dense projections (seed section 3, TP split of heads and wo_a groups):
+    wq_a [q_lora, D] and wkv [kv, D] replicated; wq_b [heads*head_dim, q_lora] split by heads;
+    wo_a `o_groups` x [o_rank, heads*head_dim/o_groups] split by groups; wo_b [D, o_groups*o_rank]
+    split by inputs (fp32 partial); main_proj [D, taps*D] replicated (stage 0)."""
+
+    q_lora: int = 1280
+    kv: int = 512
+    heads: int = 64
+    head_dim: int = 512
+    o_groups: int = 8
+    o_rank: int = 1024
+    taps: int = 3
+
+    def check(self, hidden: int, ranks: int) -> None:
+        width = self.heads * self.head_dim
+        checks = [
+            (all(isinstance(v, int) and v > 0 for v in (self.q_lora, self.kv, self.heads, self.head_dim,
+                                                          self.o_groups, self.o_rank, self.taps)),
+             "attention shape fields must be positive integers"),
+            (hidden % 32 == 0 and self.q_lora % 32 == 0 and self.kv % 32 == 0 and self.o_rank % 32 == 0,
+             "attention widths (hidden, q_lora, kv, o_rank) must be on the 32-grid"),
+            (self.heads % ranks == 0 and self.o_groups % ranks == 0,
+             f"attention heads and wo_a groups must split evenly over {ranks} ranks"),
+            (width % (32 * self.o_groups) == 0, "each wo_a group's input width must be on the 32-grid"),
+            (width * self.o_rank <= 1 << 31, "attention shape too large"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise UsageError(msg)
+
+
+@dataclass(frozen=True)
 class Boundary:
     phase: str
     index: int
@@ -95,6 +137,7 @@ class Phase:
     first: str = "mhc_pre"  # or "mhc_pre_streams" (vLLM's MTP draft)
     moe: bool = False  # FFN sub-blocks run the MoE commands of MOE_CHAINS[combine]
     combine: str = "fused"
+    attn: bool = False  # attention sub-blocks run the ATTN_OPS commands (stage 0 MAIN_OPS first)
 
     def boundaries(self) -> list[Boundary]:
         out = [Boundary(self.name, 0, "allreduce", -1, "embed"),
@@ -102,6 +145,10 @@ class Phase:
         for s in range(self.sub_blocks):
             layer, sb = divmod(s, 2)
             kind = ("attn", "ffn")[sb]
+            if self.attn and kind == "attn":
+                base = len(out)
+                chain = (*MAIN_OPS, *ATTN_OPS) if layer == 0 else ATTN_OPS
+                out.extend(Boundary(self.name, base + i, op, layer, kind) for i, op in enumerate(chain))
             chain = MOE_CHAINS[self.combine] if self.moe and kind == "ffn" else ("allreduce",)
             base = len(out)
             out.extend(Boundary(self.name, base + i, op, layer, kind) for i, op in enumerate(chain))
@@ -125,6 +172,7 @@ class Geometry:
     mhc: MhcParams = field(default_factory=MhcParams)
     fused_norm: bool = False  # hc_pre's y is RMSNorm(collapse) * norm_weight (vLLM)
     moe: MoeShape | None = None  # set: the draft phase's FFN sub-blocks are real MoE commands
+    attn: AttnShape | None = None  # set (with moe): its attention sub-blocks' dense projections too
 
     def __post_init__(self):
         for name in ("hidden", "layers", "ranks", "verify_rows", "draft_rows", "hc"):
@@ -147,6 +195,10 @@ class Geometry:
                 raise UsageError(msg)
         if self.moe is not None:
             self.moe.check(self.hidden, self.ranks)
+        if self.attn is not None:
+            if self.moe is None:
+                raise UsageError("attention commands belong to a MoE draft (set moe too)")
+            self.attn.check(self.hidden, self.ranks)
 
     @property
     def phases(self) -> list[Phase]:
@@ -155,7 +207,7 @@ class Geometry:
             first = "mhc_pre_streams" if self.draft_kind in STREAM_DRAFTS else "mhc_pre"
             moe = self.moe is not None
             out.append(Phase("draft", self.draft_rows, 2 * DRAFT_KINDS[self.draft_kind], first, moe,
-                             self.moe.combine if moe else "fused"))
+                             self.moe.combine if moe else "fused", self.attn is not None))
         out.append(Phase("verify", self.verify_rows, 2 * self.layers))
         return out
 
@@ -176,6 +228,8 @@ class Geometry:
             del d["moe"]  # geometries without a MoE draft serialize as before
         elif d["moe"]["combine"] == "fused":
             del d["moe"]["combine"]  # fused MoE corpora written before the field keep their geometry JSON
+        if d["attn"] is None:
+            del d["attn"]  # geometries without attention commands serialize as before
         return d
 
     @classmethod
@@ -184,6 +238,8 @@ class Geometry:
         d["mhc"] = MhcParams(**d.get("mhc", {}))
         if d.get("moe") is not None:
             d["moe"] = MoeShape(**d["moe"])
+        if d.get("attn") is not None:
+            d["attn"] = AttnShape(**d["attn"])
         return cls(**d)
 
 
@@ -197,6 +253,12 @@ PRESETS = {
     # DeepSeek-V4.1-Flash-1017 DSpark draft (hidden 5120, 128 routed experts, top-3, width 2304); the
     # verify phase is a one-layer skeleton: this preset measures the draft.
     "dsv41-draft": dict(hidden=5120, layers=1, moe=MoeShape(experts=128, top_k=3, width=2304, combine="official")),
+    # The same drafts with their attention sub-blocks' dense projections as commands (docs/MOE.md); the
+    # attention core stays an injected input.
+    "tiny-moe-attn": dict(hidden=64, layers=1, moe=MoeShape(experts=8, top_k=3, width=128, combine="official"),
+                          attn=AttnShape(q_lora=64, kv=32, heads=4, head_dim=32, o_groups=4, o_rank=32)),
+    "dsv41-draft-attn": dict(hidden=5120, layers=1,
+                             moe=MoeShape(experts=128, top_k=3, width=2304, combine="official"), attn=AttnShape()),
 }
 
 

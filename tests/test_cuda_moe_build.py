@@ -26,7 +26,7 @@ def test_moe_kernels_build_for_sm90(tmp_path, monkeypatch):
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
     cubin = moe.build("sm_90")
     assert cubin[:4] == b"\x7fELF"
-    for name in moe.KERNELS:
+    for name in (*moe.KERNELS, *moe.DENSE_KERNELS):
         assert name.encode() in cubin, name
 
 

@@ -34,7 +34,7 @@ from decoder_shell.drivers.cuda import kernels as K
 from decoder_shell.drivers.cuda import moe as M
 from decoder_shell.drivers.cuda.session import CudaSession
 from decoder_shell.errors import UsageError
-from decoder_shell.geometry import MOE_OPS, preset
+from decoder_shell.geometry import DENSE_OPS, MOE_OPS, preset
 from decoder_shell.replay.compare import mismatches
 
 SPAN = 1 << 40  # fake allocations: one per 2^40 bytes of address space
@@ -147,7 +147,24 @@ def run_linear(cu, name, ln):
             store(cu, a.out + int(s) * row, out[j])
 
 
+def run_dense(cu, name, grid, a):
+    """dense_{fp8,bf16}_{bf16,f32} as moe.cu computes them: group g (block column) reads inputs
+    [g*K, (g+1)*K) of each row and weight g, writes out[t, g*N + n]."""
+    _, fmt, out = name.split("_")
+    groups = a.experts
+    assert grid == (groups, a.N // M.WARPS, 1) and not a.ids and a.K % 32 == 0
+    xc = load(cu, a.xc, np.uint8, (a.rows, groups * a.K))
+    xs = load(cu, a.xs, np.uint8, (a.rows, groups * a.K // 32))
+    kg = a.K // 32
+    y = np.concatenate([linear(QAct(xc[:, g * a.K:(g + 1) * a.K], xs[:, g * kg:(g + 1) * kg]),
+                               weight(cu, fmt, a, g, 0, a.N, a.K), {"bf16": "bfloat16", "f32": "float32"}[out])
+                        for g in range(groups)], axis=1)
+    store(cu, a.out, y)
+
+
 def run_moe_launch(cu, name, ln):
+    if name.startswith("dense_"):
+        return run_dense(cu, name, ln.grid, ln.args[0])
     v = None if name.startswith(("moe_up", "moe_down")) else [x.value for x in ln.args]
     if name == "moe_qdq":
         x, codes, scales, rows, k = v
@@ -191,8 +208,8 @@ def interpret(sess, cu):
     done, moe_launches = set(), 0
     for ln, idx in zip(g.eager, g.commands):
         cmd = cyc.commands[idx]
-        if isinstance(ln.func, str) and ln.func.startswith("moe_"):
-            assert cmd.op in MOE_OPS
+        if isinstance(ln.func, str) and ln.func.startswith(("moe_", "dense_")):
+            assert cmd.op in MOE_OPS or cmd.op in DENSE_OPS
             run_moe_launch(cu, ln.func, ln)
             moe_launches += 1
             continue
@@ -203,7 +220,7 @@ def interpret(sess, cu):
             parts = [load(cu, a.inp[q], F32, (n,)) for q in range(cyc.ranks)]
             store(cu, a.out[a.rank], allreduce(parts, cyc.contract))
             continue
-        assert cmd.op not in MOE_OPS, f"{cmd.boundary.name} launches {ln.func}"
+        assert cmd.op not in MOE_OPS and cmd.op not in DENSE_OPS, f"{cmd.boundary.name} launches {ln.func}"
         if idx in done:
             continue
         done.add(idx)
@@ -375,6 +392,52 @@ def test_cuda_check_moe_exactness_pass_on_the_interpreter(no_builds):
         for name in (f"routed up h (mxfp4, {kern})", f"linear down slots (bf16, {kern}, concentrated ids)",
                      f"shared linear up h (fp8, {kern})", f"shared expert (bf16, {kern})"):
             assert counts[name][0] > 0, name
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(weights=st.sampled_from(["packed", "expanded"]), tp=st.sampled_from([1, 2]),
+       rows=st.sampled_from([1, 5, 10]), kind=st.sampled_from(["mtp1", "dspark"]), seed=st.integers(0, 2 ** 16))
+def test_dense_attention_launches_compute_the_reference(no_builds, weights, tp, rows, kind, seed):
+    """tiny-moe-attn: the attention commands as graph nodes (moe_qdq for the quantize commands, the
+    grouped dense kernels for the projections, wo_a with its groups) give the cpu reference bit for bit."""
+    g = preset("tiny-moe-attn", tp=tp, verify_rows=2, draft_rows=rows, draft_kind=kind, moe_weights=weights)
+    cyc, n, bad, funcs = replay_on_host(g, seed)
+    stages = sum(c.op == "attn_wo_b" for c in cyc.commands)
+    dense = sum(c.op in DENSE_OPS for c in cyc.commands)
+    assert dense == 9 * stages + 2
+    assert n == tp * (stages * 9 + dense)  # the MoE launches as above, plus one per dense command
+    assert bad == {}
+    fmt = "fp8" if weights == "packed" else "bf16"
+    assert {f for f in funcs if f.startswith("dense_")} == {f"dense_{fmt}_bf16", f"dense_{fmt}_f32"}
+
+
+def test_interpreter_catches_a_wrong_group_stride(no_builds, monkeypatch):
+    """wo_a's groups read the wrong weight group: the interpreter gives other bits."""
+    real = M.strides
+    monkeypatch.setattr(M, "strides", lambda fmt, e, m, n, k: {**real(fmt, e, m, n, k), "w_estride": 0})
+    g = preset("tiny-moe-attn", tp=1, verify_rows=2, draft_rows=2, draft_kind="mtp1")
+    _, _, bad, _ = replay_on_host(g, 3)
+    assert any(".attn_wo_a." in k for k in bad)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tp=st.sampled_from([1, 2]), rows=st.sampled_from([1, 5]), seed=st.integers(0, 2 ** 16))
+def test_moe_expanded_covers_the_dense_projections(no_builds, tp, rows, seed):
+    """`moe-expanded` on the projections of a packed tiny-moe-attn cycle: their FP8 weights decoded once
+    on the device (one decode each), the bf16 dense kernels on the copies, the reference bit for bit."""
+    from decoder_shell.replay.candidates import select
+    g = preset("tiny-moe-attn", tp=tp, verify_rows=2, draft_rows=rows, draft_kind="dspark")
+    cyc = build_cycle(g, RingContract())
+    proj = select(cyc, "projections")
+    assert len(proj) == 3 * 5 + 1 and all(cyc.commands[i].op in DENSE_OPS for i in proj)
+    cyc, n, bad, funcs = replay_on_host(g, seed, {i: "moe-expanded" for i in proj})
+    assert bad == {}
+    base = tp * (3 * 9 + sum(c.op in DENSE_OPS for c in cyc.commands))  # as without the candidate
+    assert n == base + tp * len(proj)  # + one decode per projection and rank
+    assert {f for f in funcs if f.startswith("dense_")} == {"dense_bf16_bf16", "dense_bf16_f32"}
+    with pytest.raises(UsageError, match="applies to"):
+        qdq = next(c.index for c in cyc.commands if c.op == "attn_qdq")
+        CudaSession(SimpleNamespace(cu=HostMemoryDriver(), arch="sm_90", sm=90), cyc, {qdq: "moe-expanded"})
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

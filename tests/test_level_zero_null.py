@@ -145,3 +145,47 @@ def test_moe_command_list_binds_the_plan_the_sycl_path_runs(sequence, case):
     assert len(ze_side) == len(sycl) and any(b["kernel"] == combine for b in sycl)
     for i, (z, s) in enumerate(zip(ze_side, sycl)):
         assert z == s, f"launch {i}"
+
+
+def test_dense_attention_cycles_run_in_level_zero_command_lists(sequence):
+    """tiny-moe-attn TP2 cycles: the dense attention commands (moe_qdq and dense_linear launches) are in
+    the command lists beside the MoE ones, all of it validates, 3 epochs run, every handle is destroyed."""
+    got, stderr = sequence
+    assert sorted(got["attn"]) == sorted("-".join(c) for c in ze_null_sequence.ATTN_CASES)
+    for case, m in got["attn"].items():
+        assert set(m["kernels"]) >= {"moe_qdq", "dense_linear", "moe_linear"}, case
+        assert m["appended"] == m["launches"] and m["epochs"] == 3, case
+        stages = 3 if "dspark" in case else 1
+        assert sum(b["kernel"] == "dense_linear" for b in m["bindings"]) == 2 * (5 * stages + 1), case  # 5 projections a stage + main_proj, 2 ranks
+    _every_handle_destroyed(stderr)
+
+
+@pytest.mark.parametrize("case", ["-".join(c) for c in ze_null_sequence.ATTN_CASES])
+def test_dense_command_list_binds_the_plan_the_sycl_path_runs(sequence, case):
+    """The command list of a tiny-moe-attn cycle launches the kernels, work sizes and argument bytes the
+    SYCL path executes (exactly: tests/test_dense_cycle.py), launch by launch."""
+    target = _sycl_target()
+    _needs(target, "Intel's OpenCL CPU runtime (the SYCL path to compare with)")
+    from decoder_shell.drivers.level_zero.sycl_session import SyclSession
+
+    got, _ = sequence
+    cyc = ze_null_sequence.attn_cycle(*case.split("-"))
+    session = SyclSession(cyc, target)
+    try:
+        spaces = [*range(len(cyc.buffers)), planning.ARENA]
+        allocations = {s: (session.allocation(s)._pointer, session.allocation(s).nbytes) for s in spaces}
+
+        def arg(a):
+            if isinstance(a, ctypes._SimpleCData):
+                return ["val", bytes(a).hex()]
+            v = a._pointer
+            space = next(s for s, (base, size) in allocations.items() if base <= v < base + size)
+            return ["ptr", space, v - allocations[space][0]]
+        sycl = [{"kernel": k.get_function_name(), "global": g[0], "local": l[0], "args": [arg(a) for a in args]}
+                for k, args, g, l in session.launches]
+    finally:
+        session.close()
+    ze_side = got["attn"][case]["bindings"]
+    assert len(ze_side) == len(sycl) and any(b["kernel"] == "dense_linear" for b in sycl)
+    for i, (z, s) in enumerate(zip(ze_side, sycl)):
+        assert z == s, f"launch {i}"

@@ -34,6 +34,15 @@ def moe_cycle(weights: str, kind: str, combine: str):
                               moe_combine=combine), RingContract())
 
 
+#: tiny-moe-attn TP2 cycles (the draft's dense attention commands beside the MoE ones): weights, draft kind.
+ATTN_CASES = (("packed", "dspark"), ("expanded", "mtp1"))
+
+
+def attn_cycle(weights: str, kind: str):
+    return build_cycle(preset("tiny-moe-attn", tp=2, verify_rows=2, draft_rows=5, draft_kind=kind,
+                              moe_weights=weights), RingContract())
+
+
 class RecordingLoader(ze.Loader):
     """The real loader; also keeps what each kernel was created, sized, bound and launched with."""
 
@@ -114,6 +123,7 @@ def main(libdir: str, group: int) -> dict:
                       build_cycle(Geometry(preset="random", hidden=2048, layers=2, ranks=2, verify_rows=2,
                                            draft_rows=1), RingContract()), group, il)
     moe = {"-".join(case): run_cycle(loader, context, device, moe_cycle(*case), group, il) for case in MOE_CASES}
+    attn = {"-".join(case): run_cycle(loader, context, device, attn_cycle(*case), group, il) for case in ATTN_CASES}
     p = c_void_p()
     loader.zeMemAllocDevice(context, byref(ze.DeviceMemAllocDesc(stype=ze.STYPE_DEVICE_MEM_ALLOC_DESC)), 4096, 64,
                             device, byref(p))
@@ -127,7 +137,7 @@ def main(libdir: str, group: int) -> dict:
     loader.zeContextDestroy(context)
     dense.pop("bindings")
     return {"refused_null_pointer": ze.result_name(refused), "spirv_bytes": len(il), "group": group,
-            **dense, "ipc_handle_bytes": len(handle), "ipc_open": opened, "moe": moe}
+            **dense, "ipc_handle_bytes": len(handle), "ipc_open": opened, "moe": moe, "attn": attn}
 
 
 if __name__ == "__main__":

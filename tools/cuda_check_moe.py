@@ -7,14 +7,17 @@
    COMBINE mode, fp32) and the exact-official epilogue (moe_combine_official, bf16); the expert
    linears with both kernels (warp: moe.cu, spread: moe_routed.cu), also alone on operands no gate
    makes (random codes with +-0 and all -0.0 groups, scales over 130 binades, ids repeated within rows
-   and concentrated on three experts, so that one expert serves many slots over several passes).
+   and concentrated on three experts, so that one expert serves many slots over several passes);
+   the grouped dense kernels of the draft's attention projections (FP8 packed, bf16 expanded; bf16 and
+   fp32 outputs) on random shapes and on the six rank-local projections of seed section 4 at T = 5.
    Outputs start poisoned.
 2. figures at the DeepSeek-V4.1 draft shape (hidden 5120, 128 experts, top-3, expert width 1152 per TP2
    rank): the routed-expert command (up -> act_qdq(h) -> down, SLOT mode) at T = 5, 10, 20, 32 as a CUDA
    graph, with the warp and the spread linear kernels, next to the HBM time of the expert bytes it must
    read (unique experts x bytes per expert, at the device-to-device copy bandwidth measured in the same
    run), and torch eager (per-expert loop, as the official model) and torch CUDA graph (gathered batched
-   matmul) of the same MoE on expanded bf16 weights. CUDA events, warm-up, medians.
+   matmul) of the same MoE on expanded bf16 weights. CUDA events, warm-up, medians. The dense projections
+   at T = 5, each next to the HBM time of its weight bytes.
 
     python tools/cuda_check_moe.py [--cases 40] [--reps 50] [--no-torch] [--json out.json]
 
@@ -39,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from torch_baseline import event_ms, graph_of  # noqa: E402
 from decoder_shell.contracts.act_qdq import QAct, act_qdq  # noqa: E402
+from decoder_shell.contracts.dense import dense, dense_weights  # noqa: E402
 from decoder_shell.contracts.expert import expert, swiglu  # noqa: E402
 from decoder_shell.contracts.moe import ExpertWeights, combine_slots, official_epilogue, routed_slots  # noqa: E402
 from decoder_shell.contracts.moe_gate import moe_gate  # noqa: E402
@@ -273,6 +277,47 @@ def check_official_ties(dev, cu, stream, rng, m, counts):
     c[1] += mismatches(got, official_epilogue(slots, shared, ids).view(np.uint16))
 
 
+#: The draft attention's dense projections per TP2 rank (seed section 4): name -> (groups, N, K, out).
+DENSE_SHAPES = {"wq_a": (1, 1280, 5120, "bfloat16"), "wkv": (1, 512, 5120, "bfloat16"),
+                "wq_b": (1, 16384, 1280, "bfloat16"), "wo_a": (4, 1024, 4096, "bfloat16"),
+                "wo_b": (1, 5120, 4096, "float32"), "main_proj": (1, 5120, 15360, "bfloat16")}
+
+
+def rand_dense(rng, groups, n, k):
+    """FP8 codes [groups, n, k] (no NaN code) and 32x32 E8M0 scales [groups, n/32, k/32]."""
+    c = rng.integers(0, 254, (groups, n, k), dtype=U8)
+    c = (c + (c >= 0x7F)).astype(U8)
+    return c, rng.integers(116, 124, (groups, n // 32, k // 32), dtype=U8)
+
+
+def check_dense_case(dev, cu, stream, rng, t, groups, n, k, counts, outs=("bfloat16", "float32"), time_reps=0):
+    """The grouped dense kernels (packed FP8 and expanded bf16 weights, each output dtype) against
+    contracts/dense on random operands; with time_reps, the graph time of each (fp8, bf16) in ms."""
+    codes, scales = rand_dense(rng, groups, n, k)
+    a = act_qdq(rand_act(rng, t, groups * k, 2.0))
+    ws = dense_weights(codes, scales)
+    want32 = dense(a, ws, "float32")
+    wexp = np.stack([expand(w) for w in ws])
+    xc, xs = dev.upload(a.codes), dev.upload(a.scales)
+    wc, wsc, we = dev.upload(codes), dev.upload(scales), dev.upload(wexp.view(np.uint16))
+    times = {}
+    for out in outs:
+        want = want32 if out == "float32" else dense(a, ws, "bfloat16")
+        y = dev.empty(want.nbytes)
+        for fmt, w, s in (("fp8", wc, wsc), ("bf16", we, 0)):
+            ln = [dev.dense(fmt, out, xc=xc, xs=xs, w=w, s=s, rows=t, groups=groups, n=n, k=k, out=y)]
+            cu.cuMemsetD8(y, 0xFF, want.nbytes)
+            dev.launch(ln, stream)
+            cu.cuStreamSynchronize(stream)
+            got = dev.download(y, want.shape, want.dtype)
+            c = counts.setdefault(f"dense {out} ({fmt})", [0, 0])
+            c[0] += int(got.size)
+            c[1] += mismatches(got, want)
+            if time_reps:
+                times[fmt] = graph_time(cu, stream, dev, ln, time_reps)
+    return times
+
+
 def expected(x, r, sh, gw, gb, k):
     """Every compared output, from the numpy contracts."""
     t, i = x.shape[0], r["w13"].shape[2]
@@ -414,6 +459,15 @@ def main():
         check_case(dev, cu, stream, rng, t, d, e, i, counts, (r, sh, gw, gb, dw))
         check_linears(dev, cu, stream, rng, t, d, e, i, counts, (r, sh, ex, dw), concentrate=c % 2 == 1)
         dev.reset()
+        check_dense_case(dev, cu, stream, rng, int(rng.integers(1, 33)), int(rng.choice([1, 2, 4])),
+                         32 * int(rng.integers(1, 17)), 32 * int(rng.integers(1, 65)), counts)
+        dev.reset()
+    dense_figures = []
+    for name, (groups, n, k, out) in DENSE_SHAPES.items():  # the draft's own shapes, T = 5, timed
+        ms = check_dense_case(dev, cu, stream, rng, 5, groups, n, k, counts, (out,), args.reps)
+        dense_figures.append({"projection": name, "groups x N x K": f"{groups} x {n} x {k}", "out": out,
+                              "fp8 ms": ms["fp8"], "bf16 ms": ms["bf16"]})
+        dev.reset()
     d, e, i, k = 5120, 128, 1152, 3
     r, sh = rand_weights(rng, e, i, d)
     gw = to_bf16(rng.standard_normal((e, d)) / np.sqrt(d))
@@ -462,6 +516,8 @@ def main():
     out = {"gpu": gpu, "arch": arch, "seconds": round(time.time() - t0, 1), "copy_bandwidth_GBps": bw / 1e9,
            "exactness": {n: {"elements": c[0], "mismatching": c[1]} for n, c in counts.items()},
            "mismatching_elements": bad, "figures": figures, "cases": args.cases + 1}
+    out["dense_figures"] = [dict(f, **{"fp8 HBM ms": _hbm(f, bw, 1), "bf16 HBM ms": _hbm(f, bw, 2)})
+                            for f in dense_figures]
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     print(f"{gpu} ({arch}), {args.cases + 1} cases, {out['seconds']} s; D2D copy bandwidth {bw / 1e9:.0f} GB/s")
@@ -473,7 +529,19 @@ def main():
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for row in figures:
         print("| " + " | ".join(f"{row[c]:.4f}" if isinstance(row[c], float) else str(row[c]) for c in cols) + " |")
+    print("\ndense projections, one TP2 rank, T = 5, CUDA graph medians (HBM: weight bytes at the copy bandwidth)")
+    cols = list(out["dense_figures"][0])
+    print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+    for row in out["dense_figures"]:
+        print("| " + " | ".join(f"{row[c]:.4f}" if isinstance(row[c], float) else str(row[c]) for c in cols) + " |")
     return 0 if bad == 0 else 1
+
+
+def _hbm(f, bw, width):
+    """ms to read a projection's weights once: FP8 codes + 32x32 scales (width 1) or bf16 (width 2)."""
+    g, n, k = (int(v) for v in f["groups x N x K"].split(" x "))
+    nbytes = g * n * k * width + (g * n * k // 1024 if width == 1 else 0)
+    return nbytes / bw * 1e3
 
 
 if __name__ == "__main__":

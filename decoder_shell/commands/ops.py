@@ -10,7 +10,7 @@ from ..contracts import mhc
 from ..contracts.allreduce import RingContract, allreduce
 from ..contracts.mhc import MhcParams
 from ..geometry import Boundary, Geometry
-from . import moe_ops
+from . import dense_ops, moe_ops
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,14 @@ def op_tensors(b: Boundary, g: Geometry) -> list[TensorSpec]:
     d, hc, rd = g.hidden, g.hc, g.reduce_dtype
     if moe_ops.is_moe(b.op):
         return moe_ops.tensors(b, g, TensorSpec)
+    if dense_ops.is_dense(b.op):
+        return dense_ops.tensors(b, g, TensorSpec)
     if g.phase(b.phase).moe and b.sub_block in ("ffn", "head") and b.layer >= 0:
         # fused: a MoE sub-block reduces its fp32 combine output and the mHC reads the fp32 sum;
         # exact-official: the mHC reads the bf16 output of moe_combine_official
         rd = "bfloat16" if g.moe.combine == "official" else "float32"
+    if g.phase(b.phase).attn and b.sub_block == "attn" and b.op in ("allreduce", "mhc_post_pre") and b.layer >= 0:
+        rd = "float32"  # an attention sub-block with commands: wo_b's fp32 partial; the mHC reads the fp32 sum
     if b.op == "allreduce":
         shape = moe_ops.reduce_shape(b, g)
         if shape is not None:  # an exact-official MoE all-reduce: fp32 slot or shared partials
@@ -69,7 +73,11 @@ def links(b: Boundary, phase_boundaries: list[Boundary]) -> dict[str, tuple[int,
     """Inputs of `b` produced by an earlier boundary of the same phase: name -> (index, output name)."""
     if moe_ops.is_moe(b.op):
         return moe_ops.links(b, phase_boundaries)
+    if dense_ops.is_dense(b.op):
+        return dense_ops.links(b, phase_boundaries)
     if b.op == "allreduce":
+        if b.index and phase_boundaries[b.index - 1].op == "attn_wo_b":
+            return {"x": (b.index - 1, "y")}
         return moe_ops.reduce_links(b, phase_boundaries)
     prev_reduce = b.index - 1
     if b.op == "mhc_pre":
@@ -101,9 +109,11 @@ def run_mhc(op: str, t: dict[str, np.ndarray], p: MhcParams, hc: int = 4, exp=No
 
 
 def run_local(op: str, t: dict[str, np.ndarray], g: Geometry) -> dict[str, np.ndarray]:
-    """Run one rank-local op (mHC or MoE) on named tensors; returns its named outputs."""
+    """Run one rank-local op (mHC, MoE or dense) on named tensors; returns its named outputs."""
     if moe_ops.is_moe(op):
         return moe_ops.run(op, t, g)
+    if dense_ops.is_dense(op):
+        return dense_ops.run(op, t, g)
     return run_mhc(op, t, g.mhc, g.hc)
 
 

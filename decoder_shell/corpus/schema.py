@@ -55,6 +55,9 @@ GEOMETRY = {
                 "properties": {"experts": _int(1, 1024), "top_k": _int(1, 16), "width": _int(1, 1 << 20),
                                "weights": {"enum": list(MOE_WEIGHTS)},
                                "combine": {"enum": list(MOE_COMBINES)}}},
+        "attn": {"type": ["object", "null"], "additionalProperties": False,
+                 "properties": {f: _int(1, 1 << 20) for f in ("q_lora", "kv", "heads", "head_dim", "o_groups",
+                                                              "o_rank", "taps")}},
     },
 }
 

@@ -11,7 +11,8 @@ import numpy as np
 from ..commands.program import Buffer, Cycle, build_cycle, reference
 from ..commands.values import random_value
 from ..contracts.allreduce import RingContract
-from ..geometry import MOE_OPS, Geometry
+from ..commands.dense_ops import REPLICATED
+from ..geometry import DENSE_OPS, MOE_OPS, Geometry
 from . import recipe as rc
 from .publish import staged
 from .store import Corpus
@@ -27,16 +28,18 @@ def moe_recipe(buf: Buffer, seed, rank: int) -> dict | None:
     """The recipe of a MoE command's weight on one rank (each rank holds its own slice), else None.
     Expanded weights are the packed ones of the same seed decoded once, so a packed and an
     expanded corpus of one seed carry the same weight values."""
-    if buf.boundary.op not in MOE_OPS or buf.kind != "param":
+    if buf.boundary.op not in (*MOE_OPS, *DENSE_OPS) or buf.kind != "param":
         return None
     s = [*_seq(seed), 1 << 21, buf.boundary.index, rank]
+    if buf.boundary.op in REPLICATED:
+        s = s[:-1]  # every rank holds the whole weight
     if buf.boundary.op == "moe_gate":  # replicated on every rank (all ranks route alike)
         if buf.tensor == "weight":
             return {"kind": "bf16-normal", "seed": s[:-1], "std": float(1 / np.sqrt(buf.shape[1]))}
         return None  # the fp32 bias: random_value
     fmt = "mxfp4" if buf.boundary.op == "moe_routed" else "fp8"
     lo, hi = MOE_SCALES[fmt]
-    which = int(buf.tensor[1:])  # 13 or 2: w13 pairs with s13, w2 with s2
+    which = int(buf.tensor[1:] or 0)  # 13 or 2: w13 pairs with s13, w2 with s2 (dense: w with s)
     codes = {"kind": "e2m1-bytes" if fmt == "mxfp4" else "e4m3-codes", "seed": [*s, 1, which]}
     scales = {"kind": "e8m0-bytes", "seed": [*s, 2, which], "lo": lo, "hi": hi}
     if buf.dtype.kind == "u":
@@ -54,7 +57,7 @@ def injected_values(cyc: Cycle, seed, params_seed=None) -> list[dict[int, np.nda
     from `params_seed` when given), inputs differ per rank; the same seed gives the same bits."""
     out: list[dict[int, np.ndarray]] = [{} for _ in range(cyc.ranks)]
     for buf in cyc.injected():
-        if buf.kind == "param" and buf.boundary.op in MOE_OPS and moe_recipe(buf, 0, 0) is not None:
+        if buf.kind == "param" and moe_recipe(buf, 0, 0) is not None:
             s = seed if params_seed is None else params_seed
             for r in range(cyc.ranks):
                 out[r][buf.id] = rc.generate(moe_recipe(buf, s, r), buf.dtype, buf.shape)

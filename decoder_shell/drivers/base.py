@@ -76,9 +76,12 @@ class Session(ABC):
 
 def refuse_moe(cycle: Cycle, driver: str) -> None:
     """Drivers (or cycle forms) that do not hold the MoE draft commands yet refuse such a cycle in one line."""
-    from ..geometry import MOE_OPS
+    from ..geometry import DENSE_OPS, MOE_OPS
     if any(c.op in MOE_OPS for c in cycle.commands):
         raise UsageError(f"the {driver} driver does not replay the MoE draft commands ({', '.join(MOE_OPS)}) yet; "
+                         f"replay this corpus with --driver cpu")
+    if any(c.op in DENSE_OPS for c in cycle.commands):
+        raise UsageError(f"the {driver} driver does not replay the draft's dense attention commands yet; "
                          f"replay this corpus with --driver cpu")
 
 

@@ -17,11 +17,11 @@ from ..commands import ops
 from ..commands.program import Command, Cycle, elided_by, run_command, run_fused_combine
 from ..contracts.quant import QuantInputError
 from ..errors import UsageError
-from ..geometry import MOE_OPS
+from ..geometry import DENSE_OPS, MOE_OPS
 from .base import Driver, Session, poison_like
 
 _MHC = ("mhc_pre", "mhc_pre_streams", "mhc_post_pre", "mhc_post_head")
-_ALL = ("allreduce", *_MHC, *MOE_OPS)
+_ALL = ("allreduce", *_MHC, *MOE_OPS, *DENSE_OPS)
 
 #: Variant name -> (ops it applies to, one-line description). "baseline" is what unnamed commands run.
 CPU_VARIANTS = {

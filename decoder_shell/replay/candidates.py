@@ -19,13 +19,14 @@ import blake3
 from ..commands import ops
 from ..commands.program import CONTRACT_VARIANTS, Cycle, elided_by
 from ..errors import UsageError
-from ..geometry import MOE_OPS
+from ..geometry import DENSE_OPS, DENSE_PROJECTIONS, MOE_OPS
 
 MHC_OPS = ("mhc_pre", "mhc_post_pre", "mhc_post_head")
-OPS = ("allreduce", *MHC_OPS, *MOE_OPS)
+OPS = ("allreduce", *MHC_OPS, *MOE_OPS, *DENSE_OPS)
 #: Selector words -> the ops they select.
 GROUPS = {**{op: (op,) for op in OPS}, "mhc": MHC_OPS, "collectives": ("allreduce",), "moe": MOE_OPS,
           "experts": ("moe_routed", "moe_shared"), "combine": ("moe_combine", "moe_combine_official"),
+          "dense": DENSE_OPS, "projections": DENSE_PROJECTIONS,
           "cycle": OPS}
 _BOUNDARY = re.compile(r"^[a-z]+\.\d{4}\.[a-z_]+$")
 

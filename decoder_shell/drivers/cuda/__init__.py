@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ...errors import DriverUnavailable, UsageError
 from .. import PLACEMENTS
-from ...geometry import MOE_OPS
+from ...geometry import DENSE_OPS, MOE_OPS
 from ..base import Driver, refuse_moe, require_support
 from . import api
 from .session import CudaSession
@@ -76,7 +76,7 @@ class CudaDriver(Driver):
 
     def load(self, cycle, variants=None):
         require_support(cycle, "cuda", fused_norm=True,
-                        ops=("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head", *MOE_OPS))
+                        ops=("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head", *MOE_OPS, *DENSE_OPS))
         form = persistent_form(cycle, variants, self.cycle_form)
         if form and cycle.geometry.fused_norm:
             raise DriverUnavailable("the persistent cycle form has no fused RMSNorm node; replay a fused_norm "

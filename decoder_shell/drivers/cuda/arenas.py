@@ -16,7 +16,7 @@ import numpy as np
 
 from ...contracts.numerics import LANES
 from ...contracts.quant import decode_tables
-from ...geometry import MOE_OPS
+from ...geometry import DENSE_OPS, MOE_OPS
 from .kernels import BLOCK, NOUT
 from .variants import MAX_PIECES, Node, Variant
 
@@ -37,6 +37,8 @@ def moe_scratch_bytes(cycle, cmd) -> dict[str, int]:
 def expanded_bytes(cycle, cmd) -> dict[str, int]:
     """bf16 bytes of an expert command's w13 and w2 decoded from its packed params (two nibbles a byte
     for MXFP4 routed experts, one code a byte for FP8 shared ones)."""
+    if "w" in cmd.inputs:  # a dense projection: FP8 codes [G, N, K] -> bf16
+        return {"w": 2 * cycle.buffers[cmd.inputs["w"]].nbytes}
     per = 2 if cmd.op == "moe_routed" else 1
     return {n: 2 * per * cycle.buffers[cmd.inputs[n]].nbytes for n in ("w13", "w2")}
 
@@ -64,7 +66,7 @@ class Arenas:
         self.scratch, self.sync, self.slots = {}, {}, {}
         self.moe_scratch: dict[int, dict[str, int]] = {}  # expert commands: h, its codes and scales
         for cmd in cycle.commands:
-            if cmd.op in MOE_OPS:
+            if cmd.op in MOE_OPS or cmd.op in DENSE_OPS:  # the dense commands need no scratch, only the tables
                 self.moe_scratch[cmd.index] = {n: work.take(b) for n, b in moe_scratch_bytes(cycle, cmd).items()}
             elif cmd.op != "allreduce":
                 m = cycle.geometry.phase(cmd.boundary.phase).rows

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...commands.program import elided_by
 from ...contracts.allreduce import RingContract
-from ...geometry import MOE_OPS
+from ...geometry import DENSE_OPS, MOE_OPS
 from . import args as A
 from .variants import BASELINE, Node, Variant
 
@@ -119,6 +119,9 @@ def build(g: Graph, cycle, variants: dict, bind, local: list[int], rank: int | N
             continue
         if cmd.op in MOE_OPS and isinstance(v, Variant) and v.node is Node.OWN:
             last = {r: _chain(g, bind.moe(cmd, r, v), [last[r]]) for r in local}
+            continue
+        if cmd.op in DENSE_OPS and isinstance(v, Variant) and v.node is Node.OWN:
+            last = {r: _chain(g, bind.dense(cmd, r, v), [last[r]]) for r in local}
             continue
         new = {}
         for r in local:

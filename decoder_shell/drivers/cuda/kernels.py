@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ...contracts.numerics import LANES
 from ...errors import UsageError
-from ...geometry import MOE_OPS
+from ...geometry import DENSE_OPS, MOE_OPS
 from . import moe
 from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin, cuda_include_dirs
 from .variants import BASELINE, Node, Variant
@@ -129,7 +129,7 @@ class Modules:
         specs, fma, moe_ops = {}, set(), False
         for cmd in cycle.commands:
             var = variants.get(cmd.index, BASELINE)
-            if cmd.op in MOE_OPS:
+            if cmd.op in MOE_OPS or cmd.op in DENSE_OPS:
                 moe_ops |= isinstance(var, Variant) and var.node is Node.OWN
             elif cmd.op != "allreduce" and isinstance(var, Variant) and var.node is Node.OWN:
                 sp = spec_for(cycle, cmd, var, sm)
@@ -144,7 +144,7 @@ class Modules:
                     self.funcs[n + suffix] = self.cu.cuModuleGetFunction(mod, n.encode())
         if moe_ops:  # the MoE draft kernels: their own module (moe.py assembles it on kernels.cu's prelude)
             mod = self._load(moe.build(self.arch))
-            for n in moe.KERNELS:
+            for n in (*moe.KERNELS, *moe.DENSE_KERNELS):
                 self.funcs[n] = self.cu.cuModuleGetFunction(mod, n.encode())
         for cand in {id(v): v for v in variants.values() if not isinstance(v, Variant)}.values():
             if cand.kind == "source":

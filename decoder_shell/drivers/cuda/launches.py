@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 
+from ...commands import dense_ops
 from ...contracts.allreduce import RingContract
 from ...contracts.numerics import BF16, LANES
 from . import args as A
@@ -118,6 +119,23 @@ class Binder:
                                  h=sc["h"], hc=sc["hc"], hs=sc["hs"], out=t["slots" if routed else "y"],
                                  kernel=var.linear or M.DEFAULT_LINEAR)
 
+    def dense(self, cmd, rank: int, var: Variant) -> list[A.Launch]:
+        """A dense attention command's launch on one rank (commands/dense_ops.py): `moe_qdq` for a
+        quantize command, one grouped-linear kernel (FP8 packed or bf16 expanded weights; `moe-expanded`:
+        the bf16 copy decoded on the device) for a projection."""
+        g, mem, f = self.cycle.geometry, self.mem, self.funcs
+        rows = g.phase(cmd.boundary.phase).rows
+        t = {n: mem.addr(rank, b) for n, b in {**cmd.inputs, **cmd.outputs}.items()}
+        if dense_ops.is_qdq(cmd.op):
+            return [M.qdq_launch(f, t["x"], t["codes"], t["scales"], rows, dense_ops.qdq_width(cmd.op, g))]
+        groups, n, k, out = dense_ops.linear_shape(cmd.op, g)
+        packed = g.moe.weights == "packed" and not var.expanded
+        if var.expanded:
+            t["w"] = mem.expanded_addr(rank, cmd.index, "w")
+        return [M.dense_launch(f, mem.work(rank, mem.tables_off), "fp8" if packed else "bf16", out, xc=t["codes"],
+                               xs=t["scales"], w=t["w"], s=t["s"] if packed else 0, rows=rows, groups=groups, n=n,
+                               k=k, out=t["y"])]
+
     def fused_combine(self, cmd, rank: int) -> tuple[A.Launch, A.Launch, A.Launch]:
         """The `fused` candidate of a moe_combine_official on one rank, in three launches over the
         buffers of the official chain it replaces (the slot and shared all-reduces do not run):
@@ -140,7 +158,7 @@ class Binder:
         the params are written, outside the graph)."""
         mem, fmt = self.mem, "mxfp4" if cmd.op == "moe_routed" else "fp8"
         out = []
-        for w, s in (("w13", "s13"), ("w2", "s2")):
+        for w, s in ((("w", "s"),) if "w" in cmd.inputs else (("w13", "s13"), ("w2", "s2"))):
             shape = self.cycle.buffers[cmd.inputs[w]].shape
             k = shape[-1] * (2 if fmt == "mxfp4" else 1)
             out.append(M.expand_launch(self.funcs, mem.work(rank, mem.tables_off), fmt, mem.addr(rank, cmd.inputs[w]),

@@ -378,3 +378,39 @@ extern "C" __global__ void __launch_bounds__(256) moe_expand(const unsigned char
     out[i] = f2bf(MUL(v, scale));
   }
 }
+
+// ---- dense projections (contracts/dense.py): a grouped linear with a bf16 or fp32 epilogue --------------
+// The draft attention's wq_a, wkv, wq_b, wo_b, main_proj (one group) and wo_a (its einsum groups). The
+// MoeLin carries `experts` = groups, w/s stacks [groups, N, K] (strides of moe.py), no ids; block
+// column x is group g, block row y 8 output rows (one warp each). Row t's activation is a row of
+// groups*K codes of which group g reads [g*K, (g+1)*K); the output is out[t, g*N + n]. Same qlinear
+// order as the expert linears (row_dot), then bf16(y) (the official linear) or y (a rank's partial).
+template <int FMT, int OUT_BF16>
+__device__ __forceinline__ void dense_linear(const MoeLin& a) {
+  __shared__ float tab[TABLE_FLOATS];
+  pdl_wait();
+  pdl_trigger();
+  for (int i = threadIdx.x; i < TABLE_FLOATS; i += blockDim.x) tab[i] = a.tables[i];
+  __syncthreads();
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = blockIdx.x, groups = a.experts;
+  int n = blockIdx.y * MOE_WARPS + warp;
+  if (g >= groups || n >= a.N) return;
+  MoeLin b = a;
+  b.xc = a.xc + (size_t)g * a.K;         // with activation row t * groups: row t, inputs from g*K
+  b.xs = a.xs + (size_t)g * (a.K >> 5);
+  for (int t = 0; t < a.rows; t++) {
+    float y = row_dot<FMT>(b, g, 0, n, t * groups, tab, tab + 256);
+    size_t o = ((size_t)t * groups + g) * a.N + n;
+    if (lane == 0) {
+      if (OUT_BF16) ((bf16_t*)a.out)[o] = f2bf(y);
+      else ((float*)a.out)[o] = y;
+    }
+  }
+}
+
+#define DENSE_LINEAR(name, FMT, OUT_BF16) \
+  extern "C" __global__ void __launch_bounds__(MOE_WARPS * 32) name(const MoeLin a) { dense_linear<FMT, OUT_BF16>(a); }
+DENSE_LINEAR(dense_fp8_bf16, FMT_FP8, 1)
+DENSE_LINEAR(dense_fp8_f32, FMT_FP8, 0)
+DENSE_LINEAR(dense_bf16_bf16, FMT_BF16, 1)
+DENSE_LINEAR(dense_bf16_f32, FMT_BF16, 0)

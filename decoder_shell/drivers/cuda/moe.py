@@ -40,6 +40,8 @@ SPREAD_UP_ROWS, SPREAD_DOWN_ROWS = 16, 32  # SP_UP_ROWS, SP_DOWN_ROWS: output ro
 KERNELS = ("moe_qdq", "moe_gate", "moe_combine", "moe_combine_official", "moe_round_bf16", "moe_expand",
            *(f"moe_{s}_{f}" for s in ("up", "down") for f in FORMATS),
            *(f"moe_{s}_spread_{f}" for s in ("up", "down") for f in FORMATS))
+#: The draft's dense projections (grouped linear, bf16 or fp32 out) in the same module.
+DENSE_KERNELS = tuple(f"dense_{f}_{o}" for f in ("fp8", "bf16") for o in ("bf16", "f32"))
 
 
 def _bits(v) -> str:
@@ -206,6 +208,20 @@ def expert_launches(funcs: dict, tables: int, fmt: str, *, xc: int, xs: int, ids
                           kernel=kernel)]
 
 
+def dense_launch(funcs: dict, tables: int, fmt: str, out_dtype: str, *, xc: int, xs: int, w: int, s: int, rows: int,
+                 groups: int, n: int, k: int, out: int):
+    """A dense projection (contracts/dense.py): `groups` weights [n, k] (FP8 codes + 32x32 scales, or
+    bf16) over an activation of groups*k codes per row; out [rows, groups*n] bf16 or fp32."""
+    from .args import Launch
+    if n % WARPS or k % 32 or fmt not in ("fp8", "bf16"):
+        raise ValueError(f"dense shape {n} x {k} ({fmt}) is off the grid ({WARPS} rows, 32 inputs)")
+    st = strides(fmt, groups, 1, n, k)
+    args = MoeLin(xc=xc, xs=xs, ids=0, rw=0, rows=rows, topk=1, act_per_slot=0, w=w, s=s, K=k, N=n, out=out,
+                  tables=tables, experts=groups, **st)
+    o = {"bfloat16": "bf16", "float32": "f32"}[out_dtype]
+    return Launch(funcs[f"dense_{fmt}_{o}"], (groups, n // WARPS, 1), (WARPS * 32, 1, 1), args, pdl=True)
+
+
 class MoeDevice:
     """The MoE kernels on one device: module, decode tables, device arrays and launches (cuda-python
     driver API through drivers/cuda/api.Checked). Routing stays on the device; launch dimensions
@@ -215,6 +231,7 @@ class MoeDevice:
         self.cu = cu
         self.module = cu.cuModuleLoadData(build(arch))
         self.funcs = {n: cu.cuModuleGetFunction(self.module, n.encode()) for n in KERNELS}
+        self.funcs.update({n: cu.cuModuleGetFunction(self.module, n.encode()) for n in DENSE_KERNELS})
         self.allocs: list[int] = []
         self.tables = self.upload(decode_tables())
 
@@ -258,6 +275,9 @@ class MoeDevice:
     def linear(self, stage: str, fmt: str, **kw):
         """`stage` "up" (w1/w3 pair -> bf16 h) or "down" (-> fp32); ids 0 for a dense (shared) expert."""
         return linear_launch(self.funcs, self.tables, stage, fmt, **kw)
+
+    def dense(self, fmt: str, out_dtype: str, **kw):
+        return dense_launch(self.funcs, self.tables, fmt, out_dtype, **kw)
 
     def combine(self, slots: int, shared: int, ids: int, out: int, rows: int, topk: int, d: int):
         return combine_launch(self.funcs, slots, shared, ids, out, rows, topk, d)

@@ -66,7 +66,7 @@ class CudaSession(Session):
             self.decodes = [ln for idx in self.mem.expanded for r in self.local
                             for ln in bind.expand(self.cycle.commands[idx], r)]
             self.decode_inputs = {b for idx in self.mem.expanded for n, b in self.cycle.commands[idx].inputs.items()
-                                  if n in ("w13", "s13", "w2", "s2")}
+                                  if n in ("w13", "s13", "w2", "s2", "w", "s")}
             self.stale = bool(self.decodes)
             self.graph = G.Graph(self.cu, self.pdl)
             G.build(self.graph, self.cycle, self.variants, bind, self.local, self.rank)

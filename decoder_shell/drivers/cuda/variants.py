@@ -13,7 +13,7 @@ from enum import Enum
 
 from ...contracts.numerics import LANES
 from ...errors import UsageError
-from ...geometry import MOE_OPS
+from ...geometry import DENSE_OPS, DENSE_PROJECTIONS, MOE_OPS
 
 #: The MoE commands that run experts (w1/w3 -> act_qdq(h) -> w2): the ones a weight format applies to.
 EXPERT_OPS = ("moe_routed", "moe_shared")
@@ -86,9 +86,9 @@ _ALL = [
     Variant("segmented-2", "all-reduce run as 2 narrower collectives (changes bits unless the contract is segmented "
             "so)", Target.ALLREDUCE, segments=2),
     Variant("segmented-4", "all-reduce run as 4 narrower collectives", Target.ALLREDUCE, segments=4),
-    Variant("moe-expanded", "MoE expert commands on bf16 weights decoded once on the device from the corpus's packed "
-            "codes and scales (untimed): expanded vs packed experts on one corpus (select: experts)", Target.MOE,
-            ops=EXPERT_OPS, expanded=True),
+    Variant("moe-expanded", "MoE expert commands and dense projections on bf16 weights decoded once on the device "
+            "from the corpus's packed codes and scales (untimed): expanded vs packed on one corpus (select: experts, "
+            "projections)", Target.MOE, ops=(*EXPERT_OPS, *DENSE_PROJECTIONS), expanded=True),
     Variant("moe-spread", "MoE expert commands on the spread linear kernels (moe_routed.cu: group sums spread over "
             "the block, table-free weight decode; same bits) (select: experts)", Target.MOE, ops=EXPERT_OPS,
             linear="spread"),
@@ -133,7 +133,7 @@ def resolve(cycle, variants: dict | None, *, rank: int | None, sm: int) -> dict:
             raise UsageError(f"{v!r} is an mHC implementation; command {idx} is an all-reduce")
         if op != "allreduce" and var.target is Target.ALLREDUCE:
             raise UsageError(f"{v!r} is an all-reduce implementation; command {idx} is {op}")
-        if op in MOE_OPS and var.target is Target.MHC:
+        if (op in MOE_OPS or op in DENSE_OPS) and var.target is Target.MHC:
             raise UsageError(f"{v!r} is an mHC implementation; command {idx} is {op}")
         if var.target is Target.MOE and op not in var.ops:
             raise UsageError(f"{v!r} applies to {', '.join(var.ops)}; command {idx} is {op}")

@@ -6,7 +6,7 @@ on the OpenCL CPU device it submits the prebuilt launch plan through SYCL (sycl_
 
 from __future__ import annotations
 
-from ...geometry import MOE_OPS
+from ...geometry import DENSE_OPS, MOE_OPS
 from ..base import Driver, require_support
 from . import runtime
 
@@ -28,7 +28,7 @@ class LevelZeroDriver(Driver):
 
     def load(self, cycle, variants=None):
         require_support(cycle, "level-zero", fused_norm=False,
-                        ops=("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head", *MOE_OPS))
+                        ops=("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head", *MOE_OPS, *DENSE_OPS))
         if self.kind == "gpu":
             from .ze_session import ZeSession
             return ZeSession(cycle, self.target, variants)

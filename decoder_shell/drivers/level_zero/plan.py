@@ -16,6 +16,7 @@ import numpy as np
 from ...commands.program import Command, Cycle
 from ...contracts.numerics import BF16, LANES
 from ...errors import UsageError
+from ...geometry import DENSE_OPS
 
 #: Work-items per group of an all-reduce launch.
 ALLREDUCE_GROUP = 256
@@ -147,6 +148,10 @@ def build_plan(cyc: Cycle, group: int, variants: dict | None = None) -> list[Lau
         if cmd.op.startswith("moe_"):
             from .moe_plan import moe_launches
             plan.extend(moe_launches(cyc, cmd))
+            continue
+        if cmd.op in DENSE_OPS:
+            from .dense_plan import dense_launches
+            plan.extend(dense_launches(cyc, cmd))
             continue
         plan.extend([allreduce_launch(cyc, cmd)] if cmd.op == "allreduce" else mhc_launches(cyc, cmd, group))
     return plan

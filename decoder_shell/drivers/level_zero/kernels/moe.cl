@@ -172,6 +172,27 @@ kernel void moe_combine(global const float *slots, global const float *shared, g
     out[id] = acc;
 }
 
+/* The draft's dense projections (contracts/dense.py): a grouped linear over an act_qdq'd activation,
+ * one work-item per (row t, group g, output n). Group g reads inputs [g*K, (g+1)*K) of the row and
+ * weight w[g] ([N, K]: FP8 codes with 32x32 scales s[g] [N/32, K/32], or bf16); the output is bf16
+ * (out_bf16) or the fp32 partial, at [t, g*N + n]. */
+kernel void dense_linear(global const uchar *xc, global const uchar *xs, global const uchar *w,
+                         global const uchar *s, uint rows, uint groups, uint N, uint K, uint fmt,
+                         uint out_bf16, global uchar *out, global const float *tables) {
+    size_t id = get_global_id(0);
+    if (id >= (size_t)rows * groups * N) return;
+    size_t t = id / ((size_t)groups * N), gn = id % ((size_t)groups * N);
+    uint g = gn / N, n = gn % N, kt = groups * K;
+    global const uchar *xrow = xc + t * kt + (size_t)g * K;
+    global const uchar *xsr = xs + t * (kt / 32) + (size_t)g * (K / 32);
+    size_t esize = fmt == FMT_BF16 ? 2 : 1;
+    global const uchar *wrow = w + ((size_t)g * N + n) * K * esize;
+    global const uchar *sg = s + (size_t)g * (N / 32) * (K / 32);
+    float y = row_dot(fmt, wrow, sg, n, xrow, xsr, K, tables);
+    if (out_bf16) ((global ushort *)out)[id] = f2bf(y);
+    else ((global float *)out)[id] = y;
+}
+
 /* moe_combine_official: the exact-official epilogue (contracts/moe.official_epilogue) on the all-reduced
  * partials: from +0.0, bf16(slot) added in fp32 in ascending expert id, then bf16(shared), rounded to bf16. */
 kernel void moe_combine_official(global const float *slots, global const float *shared, global const int *ids,
