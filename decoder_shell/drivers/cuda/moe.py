@@ -30,9 +30,11 @@ FORMATS = {"mxfp4": 0, "fp8": 1, "bf16": 2}
 #: (moe_routed.cu: the (row, 32-group) sums spread evenly over the block, weights decoded without a
 #: table, each expert's weights read once for all its slots of a pass). Same bits, same block columns.
 LINEAR_KERNELS = ("warp", "spread")
-#: What the cuda driver runs unless a gate candidate says otherwise; "spread" once an H200 run of
-#: tools/cuda_check_moe.py shows it exact and faster.
-DEFAULT_LINEAR = "warp"
+#: What the cuda driver runs unless a gate candidate says otherwise: "spread", since an H200 run
+#: (2026-12-01, docs/BENCHMARKS.md) showed it exact on every tools/cuda_check_moe.py case and 1.4x-1.9x
+#: faster for the routed command, and `shell gate --candidate experts=moe-spread` on a dsv41-draft corpus
+#: exact with 0.176 ms/cycle saved (conservative); `experts=moe-warp` selects the older kernels.
+DEFAULT_LINEAR = "spread"
 SPREAD_SMEM_FLOATS = 11008  # SP_SMEM_FLOATS of moe_routed.cu
 SPREAD_THREADS = 256  # the spread kernels' largest block
 SPREAD_MAX_BATCH = 4  # SP_MAX_BATCH of moe_routed.cu: an expert's slots per pass
