@@ -1,7 +1,8 @@
 """The production peer: the same cycle with vLLM's own mHC kernels, loaded from vLLM's Python sources.
 
 vLLM serves DeepSeek-V4 on CUDA with TileLang kernels (vllm/models/deepseek_v4/nvidia/model.py):
-`mhc_pre_broadcast_tilelang` at the first boundary, `mhc_fused_post_pre_tilelang` between sub-blocks
+`mhc_pre_broadcast_tilelang` at the first boundary (it requires vLLM's fused RMSNorm, so the peer's
+unfused cycle runs `mhc_pre_tilelang` on the four copies there), `mhc_fused_post_pre_tilelang` between sub-blocks
 and `mhc_post_tilelang` + `hc_head_fused_kernel_tilelang` at the head. Without TileLang, vLLM's CUDA
 path is its torch reference (`mhc_post_torch`, `mhc_pre_torch`) with its Triton head
 (`hc_head_reduce_triton_kernel`): the "triton" path here, which needs only torch and triton.
@@ -72,15 +73,18 @@ def _compiled_extensions_absent(root: Path) -> list[str]:
     JIT kernels and torch code that call none of those ops, so an empty module stands in for each absent
     library: should any peer function reach a compiled op after all, torch.ops raises (never a silent
     wrong answer). Returns the names that were stood in for, for the report."""
+    import importlib.machinery
     import importlib.util
     import types
     absent = []
     for name in COMPILED:
         stem = name.rsplit(".", 1)[1]
-        if any((root / "vllm").glob(stem + "*.so")) or importlib.util.find_spec(name) is not None:
+        if name in sys.modules or any((root / "vllm").glob(stem + "*.so")) \
+                or importlib.util.find_spec(name) is not None:
             continue
         mod = types.ModuleType(name)
         mod.__doc__ = "stand-in: vLLM's compiled extension is not present beside these sources"
+        mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
         sys.modules[name] = mod
         absent.append(name)
     return absent
@@ -99,13 +103,15 @@ def load(src: Path, path: str):
         sys.path.insert(0, str(root))
     _declare_distribution(root)
     global STOOD_IN
-    STOOD_IN = _compiled_extensions_absent(root)
+    STOOD_IN = sorted(set(STOOD_IN) | set(_compiled_extensions_absent(root)))
     import importlib
     k = "vllm.model_executor.kernels.mhc."
     if path == "tilelang":
         import tilelang  # noqa: F401  (the wheel; vLLM imports it lazily, fail early with its own reason)
         t = importlib.import_module(k + "tilelang")
-        return {"pre_first": t.mhc_pre_broadcast_tilelang, "post_pre": t.mhc_fused_post_pre_tilelang,
+        # vLLM's broadcast first pre (mhc_pre_broadcast_tilelang) asserts a fused RMSNorm weight: the
+        # unfused cycle's first boundary runs its mhc_pre_tilelang on the 4 copies instead (same math)
+        return {"pre": t.mhc_pre_tilelang, "post_pre": t.mhc_fused_post_pre_tilelang,
                 "post": t.mhc_post_tilelang, "head": t.hc_head_fused_kernel_tilelang}
     tt = importlib.import_module(k + "torch")
     tr = importlib.import_module(k + "triton")
@@ -127,11 +133,8 @@ def cycle_fn(cyc, values, device, fns: dict, path: str):
         fn, base, scale = b[cmd.inputs["fn"]], b[cmd.inputs["base"]], b[cmd.inputs["scale"]]
         o = cmd.outputs
         if cmd.op == "mhc_pre":
-            if path == "tilelang":
-                st, post, comb, y = fns["pre_first"](x, fn, scale, base, neps, eps, eps, 2.0, iters)
-            else:
-                st = x.unsqueeze(1).expand(-1, hc, -1).contiguous()
-                post, comb, y = fns["pre"](st, fn, scale, base, neps, eps, eps, 2.0, iters)
+            st = x.unsqueeze(1).expand(-1, hc, -1).contiguous()
+            post, comb, y = fns["pre"](st, fn, scale, base, neps, eps, eps, 2.0, iters)
         elif cmd.op == "mhc_post_pre":
             res = s[cmd.inputs["residual"]]
             pin = s[cmd.inputs["post"]].reshape(-1, hc, 1)
