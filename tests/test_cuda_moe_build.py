@@ -168,3 +168,17 @@ def test_packed_products_are_exact_in_fp32():
         mag = np.abs(exact[exact != 0])
         assert mag.min() >= np.finfo(np.float32).tiny and mag.max() < 2.0 ** 18
         assert np.array_equal(np.signbit(f32), np.signbit(exact))
+
+
+def test_gate_kernels_fit_1024_threads_without_spilling(tmp_path, monkeypatch):
+    """Both gate kernels (row and split) build for 1024-thread blocks with no spill (the split gate's
+    point is speed), and the split gate's experts per block is moe.GATE_GROUP, #defined from Python."""
+    nvrtc_or_skip()
+    from decoder_shell.drivers.cuda.nvrtc import ptxas_report
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    assert f"#define GATE_GROUP {moe.GATE_GROUP}\n" in moe.source() and "#define GATE_GROUP" not in \
+        (moe.HERE / "moe.cu").read_text()
+    report = ptxas_report(moe.source(), "sm_90", name="moe.cu")
+    for name in ("moe_gate", "moe_gate_split"):
+        r = report[name]
+        assert 0 < r["registers"] <= 64 and r["spill_stores"] == 0 and r["spill_loads"] == 0, (name, r)

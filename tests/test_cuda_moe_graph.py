@@ -25,7 +25,7 @@ from decoder_shell.commands.program import build_cycle, reference, run_command
 from decoder_shell.contracts.act_qdq import QAct, act_qdq
 from decoder_shell.contracts.expert import swiglu
 from decoder_shell.contracts.moe import combine_slots, official_epilogue
-from decoder_shell.contracts.moe_gate import moe_gate
+from decoder_shell.contracts.moe_gate import gate_linear, gate_route, moe_gate
 from decoder_shell.contracts.numerics import BF16, F32, to_bf16
 from decoder_shell.contracts.qlinear import QWeight, expand, linear
 from decoder_shell.contracts.allreduce import RingContract, allreduce
@@ -38,6 +38,7 @@ from decoder_shell.geometry import DENSE_OPS, MOE_OPS, preset
 from decoder_shell.replay.compare import mismatches
 
 SPAN = 1 << 40  # fake allocations: one per 2^40 bytes of address space
+GATE_GROUP = M.GATE_GROUP  # experts per block of moe_gate_split as moe.cu is built (its #define)
 
 
 class HostMemoryDriver:
@@ -162,6 +163,33 @@ def run_dense(cu, name, grid, a):
     store(cu, a.out, y)
 
 
+#: How the interpreter models moe_gate_split: each block's sums (the contract's lane order) and the
+#: row stride of its scores scratch (E); tests change them to show a wrong kernel would fail.
+SPLIT_MODEL = {"linear": gate_linear, "stride": lambda e: e}
+
+
+def run_gate_split(cu, ln, v):
+    """moe_gate_split as moe.cu runs it, its blocks in a shuffled order: block (t, g) writes the linear
+    sums of experts [g*GATE_GROUP, (g+1)*GATE_GROUP) of row t into scores[t, :] and arrives on count[t]
+    (64-bit, never reset); the block that brings it to a multiple of the grid's columns routes row t
+    from what scores[t, :] then holds."""
+    x, w, bias, scores, count, ids, wts, rows, d, e, k, scale = v
+    linear, stride = SPLIT_MODEL["linear"], SPLIT_MODEL["stride"](e)
+    assert ln.grid[0] == rows and ln.grid[2] == 1 and ln.block == (1024, 1, 1)
+    groups = ln.grid[1]
+    xs, ws, b = load(cu, x, BF16, (rows, d)), load(cu, w, BF16, (e, d)), load(cu, bias, F32, (e,))
+    order = np.random.default_rng(rows * 131 + e).permutation(rows * groups)
+    for t, g in zip(*(a.tolist() for a in np.divmod(order, groups))):
+        lo, hi = g * GATE_GROUP, min(e, (g + 1) * GATE_GROUP)
+        if lo < hi:
+            store(cu, scores + 4 * (t * stride + lo), linear(xs[t:t + 1], ws[lo:hi])[0])
+        n = load(cu, count + 8 * t, np.uint64, (1,)) + np.uint64(1)
+        store(cu, count + 8 * t, n)
+        if n[0] % groups == 0:
+            i, rw = gate_route(load(cu, scores + 4 * t * stride, F32, (1, e)), b, k, np.float32(scale))
+            store(cu, ids + 4 * k * t, i.astype(np.int32)), store(cu, wts + 4 * k * t, rw)
+
+
 def run_moe_launch(cu, name, ln):
     if name.startswith("dense_"):
         return run_dense(cu, name, ln.grid, ln.args[0])
@@ -177,6 +205,8 @@ def run_moe_launch(cu, name, ln):
         i, rw = moe_gate(load(cu, x, BF16, (rows, d)), load(cu, w, BF16, (e, d)), load(cu, bias, F32, (e,)), k,
                          np.float32(scale))
         store(cu, ids, i.astype(np.int32)), store(cu, wts, rw)
+    elif name == "moe_gate_split":
+        run_gate_split(cu, ln, v)
     elif name == "moe_expand":
         codes, scales, out, rows, k, fmt, srows, _ = v
         fmt = {0: "mxfp4", 1: "fp8"}[fmt]
@@ -237,7 +267,7 @@ def no_builds(monkeypatch):
     monkeypatch.setattr(M, "build", lambda arch: b"\x7fELF")
 
 
-def replay_on_host(geometry, seed, variants=None):
+def replay_on_host(geometry, seed, variants=None, replays=1):
     cyc = build_cycle(geometry, RingContract())
     cu = HostMemoryDriver()
     sess = CudaSession(SimpleNamespace(cu=cu, arch="sm_90", sm=90), cyc, variants)
@@ -245,13 +275,14 @@ def replay_on_host(geometry, seed, variants=None):
     for r in range(cyc.ranks):
         for bid, v in values[r].items():
             sess.write(r, bid, v)
-    sess.poison()
     decoded = 0
     if sess.stale:  # what run() does first after a write of packed weights (moe-expanded)
         for ln in sess.decodes:
             run_moe_launch(cu, ln.func, ln)
         decoded = len(sess.decodes)
-    n = interpret(sess, cu)
+    for _ in range(replays):  # the graph replayed: the outputs poisoned before each, the scratch not reset
+        sess.poison()
+        n = interpret(sess, cu)
     want = reference(cyc, values)
     bad = {b.name: mismatches(sess.read(r, b.id), want[r][b.id]) for r in range(cyc.ranks) for b in cyc.outputs()}
     formats = {ln.func for ln in sess.graph.eager if isinstance(ln.func, str)}
@@ -334,6 +365,62 @@ def test_spread_launch_geometry():
         assert warp.grid == (15, n // M.WARPS, 1)
     with pytest.raises(ValueError, match="expert linear kernel"):
         M.linear_launch(funcs, 0, "up", "mxfp4", n=1152, k=5120, mats=2, kernel="fast", **kw)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tp=st.sampled_from([1, 2]), rows=st.sampled_from([1, 5, 10]), replays=st.sampled_from([1, 3]),
+       seed=st.integers(0, 2 ** 16))
+@example(tp=2, rows=5, replays=3, seed=1)
+def test_moe_gate_split_candidate_computes_the_reference(no_builds, tp, rows, replays, seed):
+    """`moe-gate-split` on every gate: a (rows, E / GATE_GROUP) grid whose last block per row routes it,
+    its arrival counts never reset, gives the reference bit for bit on every replay."""
+    g = preset("tiny-moe", tp=tp, verify_rows=2, draft_rows=rows, draft_kind="dspark")
+    cyc = build_cycle(g, RingContract())
+    gates = [c.index for c in cyc.commands if c.op == "moe_gate"]
+    cyc, n, bad, funcs = replay_on_host(g, seed, {i: "moe-gate-split" for i in gates}, replays)
+    assert bad == {}
+    assert n == tp * len(gates) * 9
+    assert "moe_gate_split" in funcs and "moe_gate" not in funcs
+
+
+def test_gate_launch_geometry():
+    """Both gate kernels' grids from the shape alone; the split one refuses to run without its scratch."""
+    funcs = {n: n for n in M.KERNELS}
+    for e, groups in ((1, 1), (4, 1), (5, 2), (8, 2), (128, 32), (1024, 256)):
+        row = M.gate_launch(funcs, 1, 2, 3, 4, 5, 7, 5120, e, 1, kernel="row")
+        split = M.gate_launch(funcs, 1, 2, 3, 4, 5, 7, 5120, e, 1, kernel="split", scores=6, count=8)
+        assert (row.func, row.grid, row.block) == ("moe_gate", (7, 1, 1), (1024, 1, 1))
+        assert (split.func, split.grid, split.block) == ("moe_gate_split", (7, groups, 1), (1024, 1, 1))
+        assert M.gate_scratch_bytes(7, e) == {"scores": 4 * 7 * e, "count": 8 * 7}
+    with pytest.raises(ValueError, match="scratch"):
+        M.gate_launch(funcs, 1, 2, 3, 4, 5, 7, 5120, 128, 3, kernel="split")
+    with pytest.raises(ValueError, match="gate kernel"):
+        M.gate_launch(funcs, 1, 2, 3, 4, 5, 7, 5120, 128, 3, kernel="fast")
+
+
+def sequential_linear(x, w):
+    """The gate's linear summed left to right over d (not the 1024-lane order): a wrong order."""
+    p = np.asarray(x, F32)[:, None, :] * np.asarray(w, F32)[None, :, :]
+    return np.cumsum(p, axis=-1, dtype=F32)[..., -1]
+
+
+@pytest.mark.parametrize("fault", ["grid", "order", "stride"])
+def test_interpreter_catches_a_wrong_split_gate(no_builds, monkeypatch, fault):
+    """The check has teeth: a split gate launched with one column too few (experts never summed, rows
+    routed on stale sums), or a kernel that summed in another order or kept its rows' sums at another
+    stride than E (the interpreter's model of moe.cu changed so), gives other bits."""
+    if fault == "grid":
+        real = M.gate_groups
+        monkeypatch.setattr(M, "gate_groups", lambda e: real(e) - 1)
+    elif fault == "order":
+        monkeypatch.setitem(SPLIT_MODEL, "linear", sequential_linear)
+    else:
+        monkeypatch.setitem(SPLIT_MODEL, "stride", lambda e: GATE_GROUP)
+    g = preset("tiny-moe", tp=2, verify_rows=2, draft_rows=5, draft_kind="dspark")
+    cyc = build_cycle(g, RingContract())
+    gates = {c.index: "moe-gate-split" for c in cyc.commands if c.op == "moe_gate"}
+    _, _, bad, _ = replay_on_host(g, 1, gates)
+    assert bad
 
 
 def test_moe_expanded_is_refused_on_an_expanded_corpus_and_on_other_commands(no_builds):

@@ -22,8 +22,9 @@ NORM_EPS = _f(1e-20)
 _CHUNK_ELEMS = 1 << 22
 
 
-def gate_scores(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
-    """[T, E] fp32 = sqrt(softplus(x . W^T)), the linear in the 1024-lane order."""
+def gate_linear(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """[T, E] fp32 = x . W^T in the 1024-lane order, each expert's sum on its own (so any split of the
+    experts computes the same bits)."""
     xf = np.asarray(x, dtype=F32)
     wf = np.asarray(weight, dtype=F32)
     if xf.ndim != 2 or wf.ndim != 2 or xf.shape[1] != wf.shape[1]:
@@ -34,7 +35,12 @@ def gate_scores(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     step = max(1, _CHUNK_ELEMS // max(1, t * d))
     for lo in range(0, e, step):
         lin[:, lo:lo + step] = lane_sum(xf[:, None, :] * wf[None, lo:lo + step, :])
-    return np.sqrt(psoftplus(lin))
+    return lin
+
+
+def gate_scores(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """[T, E] fp32 = sqrt(softplus(x . W^T)), the linear in the 1024-lane order."""
+    return np.sqrt(psoftplus(gate_linear(x, weight)))
 
 
 def topk_ids(biased: np.ndarray, k: int) -> np.ndarray:
@@ -48,8 +54,15 @@ def moe_gate(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, top_k: int = T
     """(ids int32 [T, k] in selection order, route weights fp32 [T, k])."""
     if np.asarray(weight).dtype != BF16:
         raise QuantInputError(f"gate weight must be bf16, not {np.asarray(weight).dtype}")
+    return gate_route(gate_linear(x, weight), bias, top_k, route_scale)
+
+
+def gate_route(linear: np.ndarray, bias: np.ndarray, top_k: int = TOP_K,
+               route_scale: float = ROUTE_SCALE) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, route weights) from the fp32 linear sums [T, E]: sqrt(softplus), the biased top-k, the
+    normalized weights (the gate after its linear)."""
     bias = np.asarray(bias, dtype=F32)
-    s = gate_scores(x, weight)
+    s = np.sqrt(psoftplus(np.asarray(linear, dtype=F32)))
     if bias.shape != (s.shape[1],):
         raise QuantInputError(f"gate bias is {bias.shape}, expected ({s.shape[1]},)")
     if not 1 <= top_k <= s.shape[1]:

@@ -18,6 +18,7 @@ from ...contracts.numerics import LANES
 from ...contracts.quant import decode_tables
 from ...geometry import DENSE_OPS, MOE_OPS
 from .kernels import BLOCK, NOUT
+from .moe import gate_scratch_bytes
 from .variants import MAX_PIECES, Node, Variant
 
 ALIGN = 256
@@ -25,10 +26,13 @@ ALIGN = 256
 
 def moe_scratch_bytes(cycle, cmd) -> dict[str, int]:
     """Kernel scratch of an expert command (moe_routed, moe_shared): bf16 h [slots, I/R] between w1/w3
-    and w2, and its act_qdq codes and scales; other MoE commands need none."""
+    and w2, and its act_qdq codes and scales; of a gate, the split gate's sums and arrival counts
+    (taken whichever gate kernel runs: a few KiB); other MoE commands need none."""
+    g = cycle.geometry
+    if cmd.op == "moe_gate":
+        return gate_scratch_bytes(g.phase(cmd.boundary.phase).rows, g.moe.experts)
     if cmd.op not in ("moe_routed", "moe_shared"):
         return {}
-    g = cycle.geometry
     slots = g.phase(cmd.boundary.phase).rows * (g.moe.top_k if cmd.op == "moe_routed" else 1)
     width = g.moe.width // g.ranks
     return {"h": 2 * slots * width, "hc": slots * width, "hs": slots * width // 32}

@@ -93,7 +93,7 @@ class Binder:
         """A MoE command's launches on one rank (docs/MOE.md): one kernel, or for the expert commands
         w1/w3 -> act_qdq(h) -> w2 through this command's scratch. Packed weights run the MXFP4 (routed)
         or FP8 (shared) kernels, expanded ones the bf16 kernels; the variant may pick the linear kernel
-        (warp or spread, same bits)."""
+        (warp or spread, same bits) and the gate kernel (row or split, same bits)."""
         g, mem, f = self.cycle.geometry, self.mem, self.funcs
         rows = g.phase(cmd.boundary.phase).rows
         d, e, k, width = g.hidden, g.moe.experts, g.moe.top_k, g.moe.width // g.ranks
@@ -101,7 +101,9 @@ class Binder:
         if cmd.op == "moe_qdq":
             return [M.qdq_launch(f, t["x"], t["codes"], t["scales"], rows, d)]
         if cmd.op == "moe_gate":
-            return [M.gate_launch(f, t["x"], t["weight"], t["bias"], t["ids"], t["weights"], rows, d, e, k)]
+            sc = {n: mem.work(rank, off) for n, off in mem.moe_scratch[cmd.index].items()}
+            return [M.gate_launch(f, t["x"], t["weight"], t["bias"], t["ids"], t["weights"], rows, d, e, k,
+                                  kernel=var.gate or M.DEFAULT_GATE, scores=sc["scores"], count=sc["count"])]
         if cmd.op == "moe_combine":
             return [M.combine_launch(f, t["slots"], t["shared"], t["ids"], t["out"], rows, k, d)]
         if cmd.op == "moe_combine_official":

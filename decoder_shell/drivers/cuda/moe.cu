@@ -70,41 +70,43 @@ __device__ __forceinline__ float psoftplus(float z) { return ADD(z > 0.0f ? z : 
 __device__ __forceinline__ float psilu(float g) { return DIV(g, ADD(1.0f, pexp(-g))); }
 
 #define GATE_CHUNK 8
-extern "C" __global__ void __launch_bounds__(1024) moe_gate(const bf16_t* x, const bf16_t* W, const float* bias,
-                                                            int* ids, float* wts, int rows, int D, int E, int topk,
-                                                            float route_scale) {
-  __shared__ float red[32][GATE_CHUNK];
-  __shared__ float sc[1024];
-  pdl_wait();
-  pdl_trigger();
-  int t = blockIdx.x, l = threadIdx.x, lane = l & 31, warp = l >> 5;
-  if (t >= rows) return;
-  const bf16_t* xr = x + (size_t)t * D;
-  for (int e0 = 0; e0 < E; e0 += GATE_CHUNK) {
-    float acc[GATE_CHUNK];
+// Experts [e0, e0 + N) of row xr in the 1024-lane order: lane l sums d = l, l + 1024, ... left to right,
+// warp_tree over each warp, then the 32 warps' values by warp_tree in warp 0; thread 0 writes out[c]
+// (c < N, e0 + c < E). Both gate kernels call it, so their scores are the same bits by construction.
+template <int N>
+__device__ __forceinline__ void gate_dots(const bf16_t* xr, const bf16_t* W, int e0, int D, int E, float (*red)[N],
+                                          float* out) {
+  int l = threadIdx.x, lane = l & 31, warp = l >> 5;
+  float acc[N];
 #pragma unroll
-    for (int c = 0; c < GATE_CHUNK; c++) acc[c] = 0.0f;
-    for (int d = l; d < D; d += 1024) {
-      float xv = bf2f(xr[d]);
+  for (int c = 0; c < N; c++) acc[c] = 0.0f;
+  for (int d = l; d < D; d += 1024) {
+    float xv = bf2f(xr[d]);
 #pragma unroll
-      for (int c = 0; c < GATE_CHUNK; c++)
-        if (e0 + c < E) acc[c] = ADD(acc[c], MUL(xv, bf2f(W[(size_t)(e0 + c) * D + d])));
-    }
-#pragma unroll
-    for (int c = 0; c < GATE_CHUNK; c++) {
-      float v = warp_tree(acc[c]);
-      if (lane == 0) red[warp][c] = v;
-    }
-    __syncthreads();
-    if (warp == 0) {
-#pragma unroll
-      for (int c = 0; c < GATE_CHUNK; c++) {
-        float v = warp_tree(red[lane][c]);
-        if (lane == 0 && e0 + c < E) sc[e0 + c] = v;
-      }
-    }
-    __syncthreads();
+    for (int c = 0; c < N; c++)
+      if (e0 + c < E) acc[c] = ADD(acc[c], MUL(xv, bf2f(W[(size_t)(e0 + c) * D + d])));
   }
+#pragma unroll
+  for (int c = 0; c < N; c++) {
+    float v = warp_tree(acc[c]);
+    if (lane == 0) red[warp][c] = v;
+  }
+  __syncthreads();
+  if (warp == 0) {
+#pragma unroll
+    for (int c = 0; c < N; c++) {
+      float v = warp_tree(red[lane][c]);
+      if (lane == 0 && e0 + c < E) out[c] = v;
+    }
+  }
+  __syncthreads();
+}
+
+// Row t's routing from its E linear sums in shared sc (E <= 1024): sqrt(softplus), the biased top-k on
+// thread 0 (strictly larger wins: ties keep the smaller id), the weights normalized in top-k order.
+__device__ __forceinline__ void gate_route(float* sc, const float* bias, int* ids, float* wts, int t, int E, int topk,
+                                           float route_scale) {
+  int l = threadIdx.x;
   if (l < E) sc[l] = SQRT(psoftplus(sc[l]));
   __syncthreads();
   if (l == 0) {
@@ -131,6 +133,54 @@ extern "C" __global__ void __launch_bounds__(1024) moe_gate(const bf16_t* x, con
       wts[(size_t)t * topk + k] = MUL(DIV(w[k], sum), route_scale);
     }
   }
+}
+
+// The row gate: one block per row computes all E sums, GATE_CHUNK experts at a time, then routes.
+extern "C" __global__ void __launch_bounds__(1024) moe_gate(const bf16_t* x, const bf16_t* W, const float* bias,
+                                                            int* ids, float* wts, int rows, int D, int E, int topk,
+                                                            float route_scale) {
+  __shared__ float red[32][GATE_CHUNK];
+  __shared__ float sc[1024];
+  pdl_wait();
+  pdl_trigger();
+  int t = blockIdx.x;
+  if (t >= rows) return;
+  const bf16_t* xr = x + (size_t)t * D;
+  for (int e0 = 0; e0 < E; e0 += GATE_CHUNK) gate_dots<GATE_CHUNK>(xr, W, e0, D, E, red, sc + e0);
+  gate_route(sc, bias, ids, wts, t, E, topk, route_scale);
+}
+
+// The split gate: block (t, g) computes experts [g * GATE_GROUP, (g + 1) * GATE_GROUP) of row t (the same
+// gate_dots), writes them to scores [rows, E] and arrives on count[t]; the block that brings count[t] to
+// a multiple of gridDim.y is the row's last and routes it. count only grows (each launch adds gridDim.y
+// per row), so graph replays need no reset; it is 64-bit and never wraps.
+extern "C" __global__ void __launch_bounds__(1024) moe_gate_split(const bf16_t* x, const bf16_t* W,
+                                                                  const float* bias, float* scores,
+                                                                  unsigned long long* count, int* ids, float* wts,
+                                                                  int rows, int D, int E, int topk,
+                                                                  float route_scale) {
+  __shared__ float red[32][GATE_GROUP];
+  __shared__ float part[GATE_GROUP];
+  __shared__ float sc[1024];
+  __shared__ int last;
+  pdl_wait();
+  pdl_trigger();
+  int t = blockIdx.x, e0 = blockIdx.y * GATE_GROUP, l = threadIdx.x;
+  if (t >= rows) return;
+  float* row = scores + (size_t)t * E;
+  gate_dots<GATE_GROUP>(x + (size_t)t * D, W, e0, D, E, red, part);
+  if (l == 0) {  // thread 0 wrote part in gate_dots
+    for (int c = 0; c < GATE_GROUP && e0 + c < E; c++) row[e0 + c] = part[c];
+    __threadfence();  // the scores are visible before the arrival
+    unsigned long long n = atomicAdd(count + t, 1ull) + 1ull;
+    last = n % gridDim.y == 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (l < E) sc[l] = __ldcg(row + l);  // L2: other blocks' scores
+  __syncthreads();
+  gate_route(sc, bias, ids, wts, t, E, topk, route_scale);
 }
 
 // ---- the quantized linear (qlinear order) with its epilogues ----------------------------------------

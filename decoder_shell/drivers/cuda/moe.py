@@ -39,7 +39,14 @@ SPREAD_SMEM_FLOATS = 11008  # SP_SMEM_FLOATS of moe_routed.cu
 SPREAD_THREADS = 256  # the spread kernels' largest block
 SPREAD_MAX_BATCH = 4  # SP_MAX_BATCH of moe_routed.cu: an expert's slots per pass
 SPREAD_UP_ROWS, SPREAD_DOWN_ROWS = 16, 32  # SP_UP_ROWS, SP_DOWN_ROWS: output rows per block
-KERNELS = ("moe_qdq", "moe_gate", "moe_combine", "moe_combine_official", "moe_round_bf16", "moe_expand",
+#: The gate kernels: "row" (moe_gate: one 1024-thread block per row, all E experts) and "split"
+#: (moe_gate_split: a block per (row, GATE_GROUP experts), the row's last block to arrive routes it).
+#: Same gate_dots and gate_route, so the same bits; "row" stays the default until an H200 run of
+#: tools/cuda_check_moe.py shows the split gate exact.
+GATE_KERNELS = ("row", "split")
+DEFAULT_GATE = "row"
+GATE_GROUP = 4  # experts per block of the split gate (GATE_GROUP in moe.cu)
+KERNELS = ("moe_qdq", "moe_gate", "moe_gate_split", "moe_combine", "moe_combine_official", "moe_round_bf16", "moe_expand",
            *(f"moe_{s}_{f}" for s in ("up", "down") for f in FORMATS),
            *(f"moe_{s}_spread_{f}" for s in ("up", "down") for f in FORMATS))
 #: The draft's dense projections (grouped linear, bf16 or fp32 out) in the same module.
@@ -54,7 +61,7 @@ def constants() -> str:
     """#defines of the contracts' fp32 constants, bit for bit (no decimal literal re-rounding)."""
     lines = [f"#define LOG1P_C{j} {_bits(c)}" for j, c in enumerate(LOG1P_POLY)]
     lines += [f"#define AMAX_FLOOR {_bits(AMAX_FLOOR)}", f"#define INV_E4M3_MAX {_bits(INV_E4M3_MAX)}",
-              f"#define GATE_EPS {_bits(NORM_EPS)}"]
+              f"#define GATE_EPS {_bits(NORM_EPS)}", f"#define GATE_GROUP {GATE_GROUP}"]
     return "\n".join(lines) + "\n"
 
 
@@ -100,13 +107,34 @@ def qdq_launch(funcs: dict, x: int, codes: int, scales: int, rows: int, k: int):
                   u64(x), u64(codes), u64(scales), C.c_int(rows), C.c_int(k), pdl=True)
 
 
+def gate_groups(e: int) -> int:
+    """Blocks per row of the split gate: GATE_GROUP experts each."""
+    return -(-e // GATE_GROUP)
+
+
+def gate_scratch_bytes(rows: int, e: int) -> dict[str, int]:
+    """The split gate's scratch: fp32 linear sums [rows, E] and a 64-bit arrival count per row
+    (zeroed once with the work arena; it only grows)."""
+    return {"scores": 4 * rows * e, "count": 8 * rows}
+
+
 def gate_launch(funcs: dict, x: int, w: int, bias: int, ids: int, wts: int, rows: int, d: int, e: int, topk: int,
-                route_scale: float = float(ROUTE_SCALE)):
+                route_scale: float = float(ROUTE_SCALE), *, kernel: str = DEFAULT_GATE, scores: int = 0,
+                count: int = 0):
+    """The gate of `rows` rows: "row" one block per row; "split" a (rows, gate_groups(e)) grid whose
+    scratch (gate_scratch_bytes) is at `scores` and `count`."""
     from .args import Launch
+    if kernel not in GATE_KERNELS:
+        raise ValueError(f"gate kernel must be one of {GATE_KERNELS}, not {kernel!r}")
     if e > 1024 or topk > 16:
         raise ValueError("the gate kernel takes at most 1024 experts and top-16")
-    return Launch(funcs["moe_gate"], (rows, 1, 1), (1024, 1, 1), u64(x), u64(w), u64(bias), u64(ids),
-                  u64(wts), C.c_int(rows), C.c_int(d), C.c_int(e), C.c_int(topk), C.c_float(route_scale), pdl=True)
+    tail = (u64(ids), u64(wts), C.c_int(rows), C.c_int(d), C.c_int(e), C.c_int(topk), C.c_float(route_scale))
+    if kernel == "row":
+        return Launch(funcs["moe_gate"], (rows, 1, 1), (1024, 1, 1), u64(x), u64(w), u64(bias), *tail, pdl=True)
+    if not scores or not count:
+        raise ValueError("the split gate needs its scores and count scratch")
+    return Launch(funcs["moe_gate_split"], (rows, gate_groups(e), 1), (1024, 1, 1), u64(x), u64(w), u64(bias),
+                  u64(scores), u64(count), *tail, pdl=True)
 
 
 def spread_rows(mats: int) -> int:
@@ -271,8 +299,9 @@ class MoeDevice:
         return qdq_launch(self.funcs, x, codes, scales, rows, k)
 
     def gate(self, x: int, w: int, bias: int, ids: int, wts: int, rows: int, d: int, e: int, topk: int,
-             route_scale: float = float(ROUTE_SCALE)):
-        return gate_launch(self.funcs, x, w, bias, ids, wts, rows, d, e, topk, route_scale)
+             route_scale: float = float(ROUTE_SCALE), kernel: str = DEFAULT_GATE, scores: int = 0, count: int = 0):
+        return gate_launch(self.funcs, x, w, bias, ids, wts, rows, d, e, topk, route_scale, kernel=kernel,
+                           scores=scores, count=count)
 
     def linear(self, stage: str, fmt: str, **kw):
         """`stage` "up" (w1/w3 pair -> bf16 h) or "down" (-> fp32); ids 0 for a dense (shared) expert."""

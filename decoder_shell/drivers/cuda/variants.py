@@ -52,6 +52,7 @@ class Variant:
     ops: tuple = ()  # Target.MOE: the MoE commands it can stand for
     expanded: bool = False  # MoE experts: packed weights decoded once on the device to bf16
     linear: str = ""  # MoE experts: the expert linear kernel (drivers/cuda/moe.LINEAR_KERNELS); "" the default
+    gate: str = ""  # MoE gate: the gate kernel (drivers/cuda/moe.GATE_KERNELS); "" the default
 
     @property
     def builds_kernel(self) -> bool:
@@ -94,6 +95,10 @@ _ALL = [
             linear="spread"),
     Variant("moe-warp", "MoE expert commands on the warp-per-row linear kernels (moe.cu; same bits) "
             "(select: experts)", Target.MOE, ops=EXPERT_OPS, linear="warp"),
+    Variant("moe-gate-split", "the MoE gate on a block per (row, 4 experts), the row's last block routing it "
+            "(moe_gate_split; same bits) (select: moe_gate)", Target.MOE, ops=("moe_gate",), gate="split"),
+    Variant("moe-gate-row", "the MoE gate on one block per row (moe_gate; same bits) (select: moe_gate)",
+            Target.MOE, ops=("moe_gate",), gate="row"),
     Variant("fused", "the fused MoE combine in place of the exact-official chain (select: combine): per rank the "
             "slots summed in fp32 with the shared partial, one fp32 all-reduce, one bf16 rounding; a different "
             "contract, whose mismatches the gate reports", Target.MOE, ops=("moe_combine_official",)),
