@@ -18,7 +18,7 @@ from decoder_shell.contracts.act_qdq import act_qdq
 from decoder_shell.contracts.expert import expert
 from decoder_shell.contracts.moe import (ExpertWeights, check_ids, combine_slots, moe_single, moe_tp,
                                          routed_slots)
-from decoder_shell.contracts.moe_gate import moe_gate
+from decoder_shell.contracts.moe_gate import gate_linear, gate_route, moe_gate
 from decoder_shell.contracts.numerics import F32, plog1p, psilu, psoftplus, to_bf16
 from decoder_shell.contracts.qlinear import QWeight, expand, qlinear, qlinear_expanded
 from decoder_shell.contracts.quant import QuantInputError
@@ -256,6 +256,34 @@ def test_gate_ties_pick_the_smaller_id_and_weights_sum_to_scale():
     assert rw.dtype == F32 and abs(float(rw.sum()) - 1.5) < 1e-6
     ids, _ = moe_gate(x, w, np.array([0, 0, 0, 0, 0, 1, 0, 1], F32))
     assert ids.tolist() == [[5, 7, 0]]
+
+
+@settings(max_examples=20, deadline=None)
+@given(t=st.integers(1, 6), d=st.sampled_from([32, 1024, 1056, 3072]), e=st.integers(1, 40),
+       cuts=st.lists(st.integers(1, 39), max_size=6), seed=st.integers(0, 2 ** 16))
+def test_gate_linear_of_any_expert_split_is_the_whole(t, d, e, cuts, seed):
+    """Each expert's sum stands alone (what lets the split gate give a block any group of experts): the
+    linear of the experts cut into groups, concatenated, is the whole linear bit for bit; and the gate is
+    gate_route of it. A left-to-right sum is not the 1024-lane order (some element differs)."""
+    rng = np.random.default_rng(seed)
+    x = to_bf16(rng.standard_normal((t, d)))
+    w = to_bf16(rng.standard_normal((e, d)) / np.sqrt(d))
+    b = (rng.standard_normal(e) * 0.1).astype(F32)
+    whole = gate_linear(x, w)
+    edges = [0, *sorted({c for c in cuts if c < e}), e]
+    parts = np.concatenate([gate_linear(x, w[lo:hi]) for lo, hi in zip(edges, edges[1:])], axis=1)
+    assert parts.dtype == F32 and np.array_equal(parts.view(np.uint32), whole.view(np.uint32))
+    k = min(3, e)
+    for got, want in zip(gate_route(whole, b, k), moe_gate(x, w, b, k)):
+        assert np.array_equal(got, want)
+
+
+def test_gate_linear_order_is_not_left_to_right():
+    rng = np.random.default_rng(1)
+    x = to_bf16(rng.standard_normal((8, 5120)))
+    w = to_bf16(rng.standard_normal((128, 5120)) / 64)
+    seq = np.cumsum(x.astype(F32)[:, None, :] * w.astype(F32)[None], axis=-1, dtype=F32)[..., -1]
+    assert not np.array_equal(seq, gate_linear(x, w))
 
 
 # ---- expert and MoE ----

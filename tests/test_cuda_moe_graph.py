@@ -475,11 +475,64 @@ def test_cuda_check_moe_exactness_pass_on_the_interpreter(no_builds):
         dw = chk.upload_weights(dev, r, sh, gw, gb, ex)
         chk.check_case(dev, cu, None, rng, t, d, e, i, counts, (r, sh, gw, gb, dw))
         chk.check_linears(dev, cu, None, rng, t, d, e, i, counts, (r, sh, ex, dw), concentrate)
+        chk.check_gate_ties(dev, cu, None, rng, t, d, e, counts)
     assert counts and {n: c for n, c in counts.items() if c[1]} == {}
+    for gate in M.GATE_KERNELS:
+        for name in (f"gate ids ({gate})", f"gate weights ({gate})", f"gate ids ({gate}, ties)"):
+            assert counts[name][0] > 0, name
     for kern in chk.KERNELS:
         for name in (f"routed up h (mxfp4, {kern})", f"linear down slots (bf16, {kern}, concentrated ids)",
                      f"shared linear up h (fp8, {kern})", f"shared expert (bf16, {kern})"):
             assert counts[name][0] > 0, name
+
+
+def interpreted_check_tool():
+    """tools/cuda_check_moe.py and a MoeDevice whose launches this interpreter runs."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import cuda_check_moe as chk
+
+    cu = HostMemoryDriver()
+
+    class InterpretedDevice(M.MoeDevice):
+        def launch(self, launches, stream):
+            for ln in launches:
+                run_moe_launch(cu, ln.func, ln)
+
+    return chk, cu, InterpretedDevice(cu, "sm_90")
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(t=st.integers(1, 12), d=st.sampled_from([32, 64, 1056, 2048]), e=st.sampled_from([1, 3, 4, 8, 13, 32]),
+       seed=st.integers(0, 2 ** 16))
+def test_cuda_check_moe_gate_ties_on_the_interpreter(no_builds, t, d, e, seed):
+    """The tool's tie gates (equal expert rows, two bias values, an all-zero row) on both gate kernels,
+    the split one replayed on its counts, agree with contracts.moe_gate; and the ties are real: the
+    contract's biased scores hold equal values in every case with two or more experts."""
+    from decoder_shell.contracts.moe_gate import gate_scores
+    chk, cu, dev = interpreted_check_tool()
+    counts: dict = {}
+    chk.check_gate_ties(dev, cu, None, np.random.default_rng(seed), t, d, e, counts, reps=3)
+    assert {n: c for n, c in counts.items() if c[1]} == {} and len(counts) == 2 * len(M.GATE_KERNELS)
+    x, gw, gb = chk.tie_gate(np.random.default_rng(seed), t, d, e)
+    biased = gate_scores(x, gw)[0] + gb
+    assert e < 2 or len(np.unique(biased)) < e
+
+
+def test_cuda_check_moe_catches_a_split_gate_in_another_order(no_builds, monkeypatch):
+    """The tool on a split gate that sums left to right (not the 1024-lane order): its split gate
+    weights mismatch, the row gate's do not."""
+    monkeypatch.setitem(SPLIT_MODEL, "linear", sequential_linear)
+    chk, cu, dev = interpreted_check_tool()
+    rng = np.random.default_rng(5)
+    counts: dict = {}
+    t, d, e, i = 5, 2048, 8, 64
+    r, sh = chk.rand_weights(rng, e, i, d)
+    gw = to_bf16(rng.standard_normal((e, d)) / np.sqrt(d))
+    gb = (rng.standard_normal(e) * 0.1).astype(F32)
+    chk.check_case(dev, cu, None, rng, t, d, e, i, counts, (r, sh, gw, gb, chk.upload_weights(dev, r, sh, gw, gb)))
+    assert counts["gate weights (split)"][1] > 0 and counts["gate weights (row)"][1] == 0
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -9,15 +9,17 @@
    makes (random codes with +-0 and all -0.0 groups, scales over 130 binades, ids repeated within rows
    and concentrated on three experts, so that one expert serves many slots over several passes);
    the grouped dense kernels of the draft's attention projections (FP8 packed, bf16 expanded; bf16 and
-   fp32 outputs) on random shapes and on the six rank-local projections of seed section 4 at T = 5.
-   Outputs start poisoned.
+   fp32 outputs) on random shapes and on the six rank-local projections of seed section 4 at T = 5;
+   both gate kernels (row: moe_gate, split: moe_gate_split, the split one launched again without its
+   arrival counts reset) in every case and on gates full of ties (experts with equal weight rows, equal
+   biases, all-zero rows). Outputs start poisoned.
 2. figures at the DeepSeek-V4.1 draft shape (hidden 5120, 128 experts, top-3, expert width 1152 per TP2
    rank): the routed-expert command (up -> act_qdq(h) -> down, SLOT mode) at T = 5, 10, 20, 32 as a CUDA
    graph, with the warp and the spread linear kernels, next to the HBM time of the expert bytes it must
    read (unique experts x bytes per expert, at the device-to-device copy bandwidth measured in the same
    run), and torch eager (per-expert loop, as the official model) and torch CUDA graph (gathered batched
    matmul) of the same MoE on expanded bf16 weights. CUDA events, warm-up, medians. The dense projections
-   at T = 5, each next to the HBM time of its weight bytes.
+   at T = 5, each next to the HBM time of its weight bytes. The gate alone, row vs split kernel, at every T.
 
     python tools/cuda_check_moe.py [--cases 40] [--reps 50] [--no-torch] [--json out.json]
 
@@ -49,7 +51,7 @@ from decoder_shell.contracts.moe_gate import moe_gate  # noqa: E402
 from decoder_shell.contracts.numerics import F32, to_bf16  # noqa: E402
 from decoder_shell.contracts.qlinear import QWeight, expand, linear  # noqa: E402
 from decoder_shell.drivers.cuda import api  # noqa: E402
-from decoder_shell.drivers.cuda.moe import MoeDevice  # noqa: E402
+from decoder_shell.drivers.cuda.moe import GATE_KERNELS, MoeDevice, gate_scratch_bytes  # noqa: E402
 from decoder_shell.errors import ShellError  # noqa: E402
 from decoder_shell.replay.compare import mismatches  # noqa: E402
 
@@ -116,6 +118,9 @@ class Moe:
         self.xc, self.xs = dev.empty(t * d), dev.empty(t * d // 32)
         self.gw, self.gb = weights["gw"], weights["gb"]
         self.ids, self.rw = dev.empty(t * k * 4), dev.empty(t * k * 4)
+        gs = gate_scratch_bytes(t, e)  # the split gate's sums and arrival counts (zeroed once, as the arena)
+        self.gs, self.gc = dev.empty(gs["scores"]), dev.empty(gs["count"])
+        dev.cu.cuMemsetD8(self.gc, 0, gs["count"])
         self.w, self.sh, self.xw = weights["w"], weights["sh"], weights["xw"]
         s = t * k
         self.h, self.hc, self.hs = dev.empty(s * i * 2), dev.empty(s * i), dev.empty(s * i // 32)
@@ -124,9 +129,13 @@ class Moe:
         self.ysh, self.out = dev.empty(t * d * 4), dev.empty(t * d * 4)
         self.out_official = dev.empty(t * d * 2)
 
-    def front(self):
+    def gate(self, kernel="row"):
+        return [self.dev.gate(self.x, self.gw, self.gb, self.ids, self.rw, self.t, self.d, self.e, self.k,
+                              kernel=kernel, scores=self.gs, count=self.gc)]
+
+    def front(self, gate="row"):
         dev, t, d = self.dev, self.t, self.d
-        return [dev.qdq(self.x, self.xc, self.xs, t, d), dev.gate(self.x, self.gw, self.gb, self.ids, self.rw, t, d, self.e, self.k)]
+        return [dev.qdq(self.x, self.xc, self.xs, t, d), *self.gate(gate)]
 
     def routed(self, fmt="mxfp4", kernel="warp"):
         dev, t, d, e, i, k = self.dev, self.t, self.d, self.e, self.i, self.k
@@ -169,16 +178,19 @@ def check_case(dev, cu, stream, rng, t, d, e, i, counts, weights=None):
     want = expected(x, r, sh, gw, gb, k)
     m = Moe(dev, t, d, e, i, k, dw)
     cu.cuMemcpyHtoD(m.x, x.view(np.uint16).ctypes.data, x.nbytes)
-    for (fmt_r, fmt_s), kern in itertools.product((("mxfp4", "fp8"), ("bf16", "bf16")), KERNELS):
+    # the gate kernels take turns: each runs twice (the split gate's counts not reset in between)
+    for j, ((fmt_r, fmt_s), kern) in enumerate(itertools.product((("mxfp4", "fp8"), ("bf16", "bf16")), KERNELS)):
+        gate = GATE_KERNELS[j % len(GATE_KERNELS)]
         for p, n in ((m.h, t * k * i * 2), (m.slots, t * k * d * 4), (m.ysh, t * d * 4), (m.out, t * d * 4),
-                     (m.out_official, t * d * 2)):
+                     (m.out_official, t * d * 2), (m.ids, t * k * 4), (m.rw, t * k * 4)):
             cu.cuMemsetD8Async(p, 0xFF, n, stream)  # poison: an output a kernel leaves unwritten differs
-        dev.launch(m.front() + m.routed(fmt_r, kern) + m.shared(fmt_s, kern) + m.combine() + m.combine_official(),
+        dev.launch(m.front(gate) + m.routed(fmt_r, kern) + m.shared(fmt_s, kern) + m.combine() + m.combine_official(),
                    stream)
         cu.cuStreamSynchronize(stream)
         got = {
             "act_qdq codes": dev.download(m.xc, (t, d), U8), "act_qdq scales": dev.download(m.xs, (t, d // 32), U8),
-            "gate ids": dev.download(m.ids, (t, k), I32), "gate weights": dev.download(m.rw, (t, k), F32),
+            f"gate ids ({gate})": dev.download(m.ids, (t, k), I32),
+            f"gate weights ({gate})": dev.download(m.rw, (t, k), F32),
             f"routed up h ({fmt_r}, {kern})": dev.download(m.h, (t * k, i), np.uint16),
             f"routed down slots ({fmt_r}, {kern})": dev.download(m.slots, (t, k, d), F32),
             f"shared expert ({fmt_s}, {kern})": dev.download(m.ysh, (t, d), F32),
@@ -192,6 +204,40 @@ def check_case(dev, cu, stream, rng, t, d, e, i, counts, weights=None):
             c[1] += mismatches(g, w)
     check_official_ties(dev, cu, stream, rng, m, counts)
     return m
+
+
+def tie_gate(rng, t, d, e):
+    """A gate full of ties: experts in pairs (and a trailing triple) with equal weight rows, biases from
+    two values, and row 0 of x all zero (every score softplus(0), the biased ties decided by id)."""
+    gw = to_bf16(rng.standard_normal((e, d)) / np.sqrt(d))
+    src = np.arange(e) // 2 * 2
+    gw = gw[src]
+    gb = rng.choice(np.array([0.0, 0.125], F32), e).astype(F32)
+    x = rand_act(rng, t, d, 2.0)
+    x[0] = 0
+    return x, gw, gb
+
+
+def check_gate_ties(dev, cu, stream, rng, t, d, e, counts, reps=2):
+    """Both gate kernels on tie_gate operands against contracts.moe_gate (ids and weights), each run
+    `reps` times on the same scratch (the split gate's counts only grow)."""
+    k = min(3, e)
+    x, gw, gb = tie_gate(rng, t, d, e)
+    ids, rw = moe_gate(x, gw, gb, k)
+    m = Moe(dev, t, d, e, 64, k, {"gw": dev.upload(gw.view(np.uint16)), "gb": dev.upload(gb), "w": {}, "sh": {},
+                                  "xw": {}})
+    cu.cuMemcpyHtoD(m.x, x.view(np.uint16).ctypes.data, x.nbytes)
+    for gate in GATE_KERNELS:
+        for _ in range(reps):
+            cu.cuMemsetD8Async(m.ids, 0xFF, t * k * 4, stream)
+            cu.cuMemsetD8Async(m.rw, 0xFF, t * k * 4, stream)
+            dev.launch(m.gate(gate), stream)
+            cu.cuStreamSynchronize(stream)
+            for name, got, want in ((f"gate ids ({gate}, ties)", dev.download(m.ids, (t, k), I32), ids.astype(I32)),
+                                    (f"gate weights ({gate}, ties)", dev.download(m.rw, (t, k), F32), rw)):
+                c = counts.setdefault(name, [0, 0])
+                c[0] += int(got.size)
+                c[1] += mismatches(got, want)
 
 
 def rand_codes(rng, rows, k):
@@ -458,6 +504,7 @@ def main():
         dw = upload_weights(dev, r, sh, gw, gb, ex)
         check_case(dev, cu, stream, rng, t, d, e, i, counts, (r, sh, gw, gb, dw))
         check_linears(dev, cu, stream, rng, t, d, e, i, counts, (r, sh, ex, dw), concentrate=c % 2 == 1)
+        check_gate_ties(dev, cu, stream, rng, t, d, e, counts)
         dev.reset()
         check_dense_case(dev, cu, stream, rng, int(rng.integers(1, 33)), int(rng.choice([1, 2, 4])),
                          32 * int(rng.integers(1, 17)), 32 * int(rng.integers(1, 65)), counts)
@@ -475,6 +522,8 @@ def main():
     expanded = expanded_stacks(r, sh)
     dw = upload_weights(dev, r, sh, gw, gb, expanded)
     check_case(dev, cu, stream, rng, 5, d, e, i, counts, (r, sh, gw, gb, dw))  # the draft's own shape
+    for t in (5, 20, 32):
+        check_gate_ties(dev, cu, stream, rng, t, d, e, counts)
     for t, conc in ((10, False), (12, True)):  # 30 slots on ~28 experts; 36 slots on 3 experts (several passes)
         check_linears(dev, cu, stream, rng, t, d, e, i, counts, (r, sh, expanded, dw), concentrate=conc)
     bad = sum(c[1] for c in counts.values())
@@ -505,6 +554,8 @@ def main():
         for kern in KERNELS:
             row[f"shared fp8 {kern} ms"] = graph_time(cu, stream, dev, m.shared("fp8", kern), args.reps)
         row["front (qdq+gate) ms"] = graph_time(cu, stream, dev, m.front(), args.reps)
+        for gate in GATE_KERNELS:  # the gate alone, both kernels back to back on the same buffers
+            row[f"gate {gate} ms"] = graph_time(cu, stream, dev, m.gate(gate), args.reps)
         if not args.no_torch:
             try:
                 row["torch eager ms"], row["torch graph ms"] = torch_times(t, d, e, i, k, x, expanded[0], expanded[1],
@@ -529,6 +580,11 @@ def main():
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for row in figures:
         print("| " + " | ".join(f"{row[c]:.4f}" if isinstance(row[c], float) else str(row[c]) for c in cols) + " |")
+    print("\nthe gate alone, one rank (D 5120, 128 experts, top-3), CUDA graph medians")
+    print("| T | row ms | split ms | row / split |\n|---|---|---|---|")
+    for row in figures:
+        print(f"| {row['T']} | {row['gate row ms']:.4f} | {row['gate split ms']:.4f} | "
+              f"{row['gate row ms'] / row['gate split ms']:.2f} |")
     print("\ndense projections, one TP2 rank, T = 5, CUDA graph medians (HBM: weight bytes at the copy bandwidth)")
     cols = list(out["dense_figures"][0])
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
