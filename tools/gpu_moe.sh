@@ -6,7 +6,8 @@
 #     weights decoded on the device (candidate experts=moe-expanded) against the packed baseline: both exact,
 #     and the time the expanded form saves or costs per cycle;
 #  3. the gate of the same corpus's expert commands on the spread linear kernels (experts=moe-spread) against
-#     the warp kernels: exact, and the time per cycle;
+#     the warp kernels: exact, and the time per cycle; and the gate of its gate commands on the split gate kernel
+#     (moe_gate=moe-gate-split) against the row gate: exact, and the time per cycle;
 #  4. tools/cuda_check_moe.py with few cases: every MoE kernel against its contract and the routed-expert
 #     figure table (T = 5, 10, 20, 32 vs the HBM time of the expert bytes, torch eager and CUDA graph).
 # Usage: OUT=dir bash tools/gpu_moe.sh [--with-expanded-dsv41]   (the option adds a dsv41 expanded corpus:
@@ -48,6 +49,10 @@ timeout 300 $S gate "$T/dsv41-packed" --driver cuda --placement emulated --candi
   --epochs 20 --changed 1 --reps 3 -q --out "$OUT/gate-moe-spread.json" >"$OUT/gate-moe-spread.log" 2>&1
 rc=$?
 summary+=("| gate dsv41 experts=moe-spread | rc=$rc | $(grep -E 'PASS|FAIL|UNTIMED|verdict' "$OUT/gate-moe-spread.log" | head -2 | tr '\n' ' ') |")
+timeout 300 $S gate "$T/dsv41-packed" --driver cuda --placement emulated --candidate moe_gate=moe-gate-split \
+  --epochs 20 --changed 1 --reps 3 -q --out "$OUT/gate-moe-gate-split.json" >"$OUT/gate-moe-gate-split.log" 2>&1
+rc=$?
+summary+=("| gate dsv41 moe_gate=moe-gate-split | rc=$rc | $(grep -E 'PASS|FAIL|UNTIMED|verdict' "$OUT/gate-moe-gate-split.log" | head -2 | tr '\n' ' ') |")
 timeout 300 python3 tools/cuda_check_moe.py --cases 6 --reps 20 --json "$OUT/moe-check.json" >"$OUT/moe-check.log" 2>&1
 rc=$?
 [ $rc -eq 0 ] || rc_all=1
@@ -56,5 +61,6 @@ printf '%s\n' "${summary[@]}"
 echo; echo "cuda_check_moe (rc=$rc):"; cat "$OUT/moe-check.log"
 echo; echo "gate (dsv41, packed baseline vs experts=moe-expanded):"; tail -25 "$OUT/gate-moe-expanded.log"
 echo; echo "gate (dsv41, warp-kernel baseline vs experts=moe-spread):"; tail -25 "$OUT/gate-moe-spread.log"
+echo; echo "gate (dsv41, row-gate baseline vs moe_gate=moe-gate-split):"; tail -25 "$OUT/gate-moe-gate-split.log"
 rm -rf "$T"
 exit $rc_all
