@@ -46,7 +46,8 @@ SPREAD_UP_ROWS, SPREAD_DOWN_ROWS = 16, 32  # SP_UP_ROWS, SP_DOWN_ROWS: output ro
 GATE_KERNELS = ("row", "split")
 DEFAULT_GATE = "row"
 GATE_GROUP = 4  # experts per block of the split gate (GATE_GROUP in moe.cu)
-KERNELS = ("moe_qdq", "moe_gate", "moe_gate_split", "moe_combine", "moe_combine_official", "moe_round_bf16", "moe_expand",
+KERNELS = ("moe_qdq", "moe_gate", "moe_gate_split", "moe_combine", "moe_combine_official", "moe_round_bf16",
+           "moe_expand",
            *(f"moe_{s}_{f}" for s in ("up", "down") for f in FORMATS),
            *(f"moe_{s}_spread_{f}" for s in ("up", "down") for f in FORMATS))
 #: The draft's dense projections (grouped linear, bf16 or fp32 out) in the same module.
