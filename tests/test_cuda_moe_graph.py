@@ -38,7 +38,6 @@ from decoder_shell.geometry import DENSE_OPS, MOE_OPS, preset
 from decoder_shell.replay.compare import mismatches
 
 SPAN = 1 << 40  # fake allocations: one per 2^40 bytes of address space
-GATE_GROUP = M.GATE_GROUP  # experts per block of moe_gate_split as moe.cu is built (its #define)
 
 
 class HostMemoryDriver:
@@ -163,24 +162,26 @@ def run_dense(cu, name, grid, a):
     store(cu, a.out, y)
 
 
-#: How the interpreter models moe_gate_split: each block's sums (the contract's lane order) and the
+#: How the interpreter models moe_gate_split_g<G>: each block's sums (the contract's lane order) and the
 #: row stride of its scores scratch (E); tests change them to show a wrong kernel would fail.
 SPLIT_MODEL = {"linear": gate_linear, "stride": lambda e: e}
 
 
 def run_gate_split(cu, ln, v):
-    """moe_gate_split as moe.cu runs it, its blocks in a shuffled order: block (t, g) writes the linear
-    sums of experts [g*GATE_GROUP, (g+1)*GATE_GROUP) of row t into scores[t, :] and arrives on count[t]
+    """moe_gate_split_g<G> as moe.cu runs it (G from the kernel's name), its blocks in a shuffled order:
+    block (t, g) writes the linear sums of experts [g*G, (g+1)*G) of row t into scores[t, :] and arrives
+    on count[t]
     (64-bit, never reset); the block that brings it to a multiple of the grid's columns routes row t
     from what scores[t, :] then holds."""
     x, w, bias, scores, count, ids, wts, rows, d, e, k, scale = v
     linear, stride = SPLIT_MODEL["linear"], SPLIT_MODEL["stride"](e)
+    group = int(ln.func.rsplit("_g", 1)[1])
     assert ln.grid[0] == rows and ln.grid[2] == 1 and ln.block == (1024, 1, 1)
     groups = ln.grid[1]
     xs, ws, b = load(cu, x, BF16, (rows, d)), load(cu, w, BF16, (e, d)), load(cu, bias, F32, (e,))
     order = np.random.default_rng(rows * 131 + e).permutation(rows * groups)
     for t, g in zip(*(a.tolist() for a in np.divmod(order, groups))):
-        lo, hi = g * GATE_GROUP, min(e, (g + 1) * GATE_GROUP)
+        lo, hi = g * group, min(e, (g + 1) * group)
         if lo < hi:
             store(cu, scores + 4 * (t * stride + lo), linear(xs[t:t + 1], ws[lo:hi])[0])
         n = load(cu, count + 8 * t, np.uint64, (1,)) + np.uint64(1)
@@ -205,7 +206,7 @@ def run_moe_launch(cu, name, ln):
         i, rw = moe_gate(load(cu, x, BF16, (rows, d)), load(cu, w, BF16, (e, d)), load(cu, bias, F32, (e,)), k,
                          np.float32(scale))
         store(cu, ids, i.astype(np.int32)), store(cu, wts, rw)
-    elif name == "moe_gate_split":
+    elif name.startswith("moe_gate_split_g"):
         run_gate_split(cu, ln, v)
     elif name == "moe_expand":
         codes, scales, out, rows, k, fmt, srows, _ = v
@@ -380,22 +381,28 @@ def test_moe_gate_split_candidate_computes_the_reference(no_builds, tp, rows, re
     cyc, n, bad, funcs = replay_on_host(g, seed, {i: "moe-gate-split" for i in gates}, replays)
     assert bad == {}
     assert n == tp * len(gates) * 9
-    assert "moe_gate_split" in funcs and "moe_gate" not in funcs
+    assert f"moe_gate_split_g{M.GATE_GROUP}" in funcs and "moe_gate" not in funcs
 
 
 def test_gate_launch_geometry():
     """Both gate kernels' grids from the shape alone; the split one refuses to run without its scratch."""
     funcs = {n: n for n in M.KERNELS}
-    for e, groups in ((1, 1), (4, 1), (5, 2), (8, 2), (128, 32), (1024, 256)):
+    for e, groups in ((1, (1, 1, 1)), (4, (2, 1, 1)), (5, (3, 2, 1)), (8, (4, 2, 1)), (128, (64, 32, 16)),
+                      (1024, (512, 256, 128))):
         row = M.gate_launch(funcs, 1, 2, 3, 4, 5, 7, 5120, e, 1, kernel="row")
-        split = M.gate_launch(funcs, 1, 2, 3, 4, 5, 7, 5120, e, 1, kernel="split", scores=6, count=8)
         assert (row.func, row.grid, row.block) == ("moe_gate", (7, 1, 1), (1024, 1, 1))
-        assert (split.func, split.grid, split.block) == ("moe_gate_split", (7, groups, 1), (1024, 1, 1))
+        for group, n in zip((2, 4, 8), groups):
+            split = M.gate_launch(funcs, 1, 2, 3, 4, 5, 7, 5120, e, 1, kernel="split", scores=6, count=8, group=group)
+            assert (split.func, split.grid, split.block) == (f"moe_gate_split_g{group}", (7, n, 1), (1024, 1, 1))
+        assert M.gate_launch(funcs, 1, 2, 3, 4, 5, 7, 5120, e, 1, kernel="split", scores=6, count=8).grid == \
+            (7, groups[M.GATE_GROUPS.index(M.GATE_GROUP)], 1)
         assert M.gate_scratch_bytes(7, e) == {"scores": 4 * 7 * e, "count": 8 * 7}
     with pytest.raises(ValueError, match="scratch"):
         M.gate_launch(funcs, 1, 2, 3, 4, 5, 7, 5120, 128, 3, kernel="split")
     with pytest.raises(ValueError, match="gate kernel"):
         M.gate_launch(funcs, 1, 2, 3, 4, 5, 7, 5120, 128, 3, kernel="fast")
+    with pytest.raises(ValueError, match="split gate groups"):
+        M.gate_launch(funcs, 1, 2, 3, 4, 5, 7, 5120, 128, 3, kernel="split", scores=6, count=8, group=16)
 
 
 def sequential_linear(x, w):
@@ -411,11 +418,11 @@ def test_interpreter_catches_a_wrong_split_gate(no_builds, monkeypatch, fault):
     stride than E (the interpreter's model of moe.cu changed so), gives other bits."""
     if fault == "grid":
         real = M.gate_groups
-        monkeypatch.setattr(M, "gate_groups", lambda e: real(e) - 1)
+        monkeypatch.setattr(M, "gate_groups", lambda e, group: real(e, group) - 1)
     elif fault == "order":
         monkeypatch.setitem(SPLIT_MODEL, "linear", sequential_linear)
     else:
-        monkeypatch.setitem(SPLIT_MODEL, "stride", lambda e: GATE_GROUP)
+        monkeypatch.setitem(SPLIT_MODEL, "stride", lambda e: M.GATE_GROUP)
     g = preset("tiny-moe", tp=2, verify_rows=2, draft_rows=5, draft_kind="dspark")
     cyc = build_cycle(g, RingContract())
     gates = {c.index: "moe-gate-split" for c in cyc.commands if c.op == "moe_gate"}
@@ -478,8 +485,10 @@ def test_cuda_check_moe_exactness_pass_on_the_interpreter(no_builds):
         chk.check_gate_ties(dev, cu, None, rng, t, d, e, counts)
     assert counts and {n: c for n, c in counts.items() if c[1]} == {}
     for gate in M.GATE_KERNELS:
-        for name in (f"gate ids ({gate})", f"gate weights ({gate})", f"gate ids ({gate}, ties)"):
+        for name in (f"gate ids ({gate})", f"gate weights ({gate})"):
             assert counts[name][0] > 0, name
+    for gate in chk.GATES:
+        assert counts[f"gate ids ({gate}, ties)"][0] > 0 and counts[f"gate weights ({gate}, ties)"][0] > 0, gate
     for kern in chk.KERNELS:
         for name in (f"routed up h (mxfp4, {kern})", f"linear down slots (bf16, {kern}, concentrated ids)",
                      f"shared linear up h (fp8, {kern})", f"shared expert (bf16, {kern})"):
@@ -507,14 +516,14 @@ def interpreted_check_tool():
 @given(t=st.integers(1, 12), d=st.sampled_from([32, 64, 1056, 2048]), e=st.sampled_from([1, 3, 4, 8, 13, 32]),
        seed=st.integers(0, 2 ** 16))
 def test_cuda_check_moe_gate_ties_on_the_interpreter(no_builds, t, d, e, seed):
-    """The tool's tie gates (equal expert rows, two bias values, an all-zero row) on both gate kernels,
-    the split one replayed on its counts, agree with contracts.moe_gate; and the ties are real: the
+    """The tool's tie gates (equal expert rows, two bias values, an all-zero row) on the row gate and the
+    split gate of every group size, each replayed on its counts, agree with contracts.moe_gate; and the ties are real: the
     contract's biased scores hold equal values in every case with two or more experts."""
     from decoder_shell.contracts.moe_gate import gate_scores
     chk, cu, dev = interpreted_check_tool()
     counts: dict = {}
     chk.check_gate_ties(dev, cu, None, np.random.default_rng(seed), t, d, e, counts, reps=3)
-    assert {n: c for n, c in counts.items() if c[1]} == {} and len(counts) == 2 * len(M.GATE_KERNELS)
+    assert {n: c for n, c in counts.items() if c[1]} == {} and len(counts) == 2 * len(chk.GATES) == 8
     x, gw, gb = chk.tie_gate(np.random.default_rng(seed), t, d, e)
     biased = gate_scores(x, gw)[0] + gb
     assert e < 2 or len(np.unique(biased)) < e

@@ -10,16 +10,17 @@
    and concentrated on three experts, so that one expert serves many slots over several passes);
    the grouped dense kernels of the draft's attention projections (FP8 packed, bf16 expanded; bf16 and
    fp32 outputs) on random shapes and on the six rank-local projections of seed section 4 at T = 5;
-   both gate kernels (row: moe_gate, split: moe_gate_split, the split one launched again without its
-   arrival counts reset) in every case and on gates full of ties (experts with equal weight rows, equal
-   biases, all-zero rows). Outputs start poisoned.
+   both gate kernels (row: moe_gate, split: moe_gate_split_g<G>, the split one launched again without its
+   arrival counts reset) in every case, and every split group size G on gates full of ties (experts with
+   equal weight rows, equal biases, all-zero rows). Outputs start poisoned.
 2. figures at the DeepSeek-V4.1 draft shape (hidden 5120, 128 experts, top-3, expert width 1152 per TP2
    rank): the routed-expert command (up -> act_qdq(h) -> down, SLOT mode) at T = 5, 10, 20, 32 as a CUDA
    graph, with the warp and the spread linear kernels, next to the HBM time of the expert bytes it must
    read (unique experts x bytes per expert, at the device-to-device copy bandwidth measured in the same
    run), and torch eager (per-expert loop, as the official model) and torch CUDA graph (gathered batched
    matmul) of the same MoE on expanded bf16 weights. CUDA events, warm-up, medians. The dense projections
-   at T = 5, each next to the HBM time of its weight bytes. The gate alone, row vs split kernel, at every T.
+   at T = 5, each next to the HBM time of its weight bytes. The gate alone at every T: the row kernel and
+   the split kernel with 2, 4 and 8 experts a block.
 
     python tools/cuda_check_moe.py [--cases 40] [--reps 50] [--no-torch] [--json out.json]
 
@@ -51,12 +52,14 @@ from decoder_shell.contracts.moe_gate import moe_gate  # noqa: E402
 from decoder_shell.contracts.numerics import F32, to_bf16  # noqa: E402
 from decoder_shell.contracts.qlinear import QWeight, expand, linear  # noqa: E402
 from decoder_shell.drivers.cuda import api  # noqa: E402
-from decoder_shell.drivers.cuda.moe import GATE_KERNELS, MoeDevice, gate_scratch_bytes  # noqa: E402
+from decoder_shell.drivers.cuda.moe import GATE_GROUPS, GATE_KERNELS, MoeDevice, gate_scratch_bytes  # noqa: E402
 from decoder_shell.errors import ShellError  # noqa: E402
 from decoder_shell.replay.compare import mismatches  # noqa: E402
 
 U8, I32 = np.uint8, np.int32
 KERNELS = ("warp", "spread")  # drivers/cuda/moe.LINEAR_KERNELS: both checked and timed in every run
+#: The gate kernels checked on ties and timed: label -> (kernel, experts a block of the split one).
+GATES = {"row": ("row", 0), **{f"split g{g}": ("split", g) for g in GATE_GROUPS}}
 
 
 def rand_act(rng, t, k, spread=4.0):
@@ -129,9 +132,11 @@ class Moe:
         self.ysh, self.out = dev.empty(t * d * 4), dev.empty(t * d * 4)
         self.out_official = dev.empty(t * d * 2)
 
-    def gate(self, kernel="row"):
+    def gate(self, kernel="row", group=0):
+        """The gate launch; `group` experts a block of the split kernel (0: the one the driver runs)."""
+        kw = {"group": group} if group else {}
         return [self.dev.gate(self.x, self.gw, self.gb, self.ids, self.rw, self.t, self.d, self.e, self.k,
-                              kernel=kernel, scores=self.gs, count=self.gc)]
+                              kernel=kernel, scores=self.gs, count=self.gc, **kw)]
 
     def front(self, gate="row"):
         dev, t, d = self.dev, self.t, self.d
@@ -219,19 +224,19 @@ def tie_gate(rng, t, d, e):
 
 
 def check_gate_ties(dev, cu, stream, rng, t, d, e, counts, reps=2):
-    """Both gate kernels on tie_gate operands against contracts.moe_gate (ids and weights), each run
-    `reps` times on the same scratch (the split gate's counts only grow)."""
+    """Every gate kernel (GATES) on tie_gate operands against contracts.moe_gate (ids and weights), each
+    run `reps` times on the same scratch (the split gate's counts only grow)."""
     k = min(3, e)
     x, gw, gb = tie_gate(rng, t, d, e)
     ids, rw = moe_gate(x, gw, gb, k)
     m = Moe(dev, t, d, e, 64, k, {"gw": dev.upload(gw.view(np.uint16)), "gb": dev.upload(gb), "w": {}, "sh": {},
                                   "xw": {}})
     cu.cuMemcpyHtoD(m.x, x.view(np.uint16).ctypes.data, x.nbytes)
-    for gate in GATE_KERNELS:
+    for gate, (kernel, group) in GATES.items():
         for _ in range(reps):
             cu.cuMemsetD8Async(m.ids, 0xFF, t * k * 4, stream)
             cu.cuMemsetD8Async(m.rw, 0xFF, t * k * 4, stream)
-            dev.launch(m.gate(gate), stream)
+            dev.launch(m.gate(kernel, group), stream)
             cu.cuStreamSynchronize(stream)
             for name, got, want in ((f"gate ids ({gate}, ties)", dev.download(m.ids, (t, k), I32), ids.astype(I32)),
                                     (f"gate weights ({gate}, ties)", dev.download(m.rw, (t, k), F32), rw)):
@@ -554,8 +559,8 @@ def main():
         for kern in KERNELS:
             row[f"shared fp8 {kern} ms"] = graph_time(cu, stream, dev, m.shared("fp8", kern), args.reps)
         row["front (qdq+gate) ms"] = graph_time(cu, stream, dev, m.front(), args.reps)
-        for gate in GATE_KERNELS:  # the gate alone, both kernels back to back on the same buffers
-            row[f"gate {gate} ms"] = graph_time(cu, stream, dev, m.gate(gate), args.reps)
+        for gate, (kernel, group) in GATES.items():  # the gate alone, back to back on the same buffers
+            row[f"gate {gate} ms"] = graph_time(cu, stream, dev, m.gate(kernel, group), args.reps)
         if not args.no_torch:
             try:
                 row["torch eager ms"], row["torch graph ms"] = torch_times(t, d, e, i, k, x, expanded[0], expanded[1],
@@ -581,10 +586,11 @@ def main():
     for row in figures:
         print("| " + " | ".join(f"{row[c]:.4f}" if isinstance(row[c], float) else str(row[c]) for c in cols) + " |")
     print("\nthe gate alone, one rank (D 5120, 128 experts, top-3), CUDA graph medians")
-    print("| T | row ms | split ms | row / split |\n|---|---|---|---|")
+    print("| T | " + " | ".join(f"{g} ms" for g in GATES) + " | best split vs row |\n|" + "---|" * (len(GATES) + 2))
     for row in figures:
-        print(f"| {row['T']} | {row['gate row ms']:.4f} | {row['gate split ms']:.4f} | "
-              f"{row['gate row ms'] / row['gate split ms']:.2f} |")
+        split = min(row[f"gate {g} ms"] for g in GATES if g != "row")
+        print(f"| {row['T']} | " + " | ".join(f"{row[f'gate {g} ms']:.4f}" for g in GATES) +
+              f" | {row['gate row ms'] / split:.2f}x |")
     print("\ndense projections, one TP2 rank, T = 5, CUDA graph medians (HBM: weight bytes at the copy bandwidth)")
     cols = list(out["dense_figures"][0])
     print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))

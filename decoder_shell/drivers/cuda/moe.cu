@@ -150,27 +150,26 @@ extern "C" __global__ void __launch_bounds__(1024) moe_gate(const bf16_t* x, con
   gate_route(sc, bias, ids, wts, t, E, topk, route_scale);
 }
 
-// The split gate: block (t, g) computes experts [g * GATE_GROUP, (g + 1) * GATE_GROUP) of row t (the same
-// gate_dots), writes them to scores [rows, E] and arrives on count[t]; the block that brings count[t] to
-// a multiple of gridDim.y is the row's last and routes it. count only grows (each launch adds gridDim.y
-// per row), so graph replays need no reset; it is 64-bit and never wraps.
-extern "C" __global__ void __launch_bounds__(1024) moe_gate_split(const bf16_t* x, const bf16_t* W,
-                                                                  const float* bias, float* scores,
-                                                                  unsigned long long* count, int* ids, float* wts,
-                                                                  int rows, int D, int E, int topk,
-                                                                  float route_scale) {
-  __shared__ float red[32][GATE_GROUP];
-  __shared__ float part[GATE_GROUP];
+// The split gate: block (t, g) computes experts [g * G, (g + 1) * G) of row t (the same gate_dots), writes
+// them to scores [rows, E] and arrives on count[t]; the block that brings count[t] to a multiple of
+// gridDim.y is the row's last and routes it. count only grows (each launch adds gridDim.y per row), so
+// graph replays need no reset; it is 64-bit and never wraps. G experts a block: moe_gate_split_g{2,4,8}.
+template <int G>
+__device__ __forceinline__ void gate_split(const bf16_t* x, const bf16_t* W, const float* bias, float* scores,
+                                           unsigned long long* count, int* ids, float* wts, int rows, int D, int E,
+                                           int topk, float route_scale) {
+  __shared__ float red[32][G];
+  __shared__ float part[G];
   __shared__ float sc[1024];
   __shared__ int last;
   pdl_wait();
   pdl_trigger();
-  int t = blockIdx.x, e0 = blockIdx.y * GATE_GROUP, l = threadIdx.x;
+  int t = blockIdx.x, e0 = blockIdx.y * G, l = threadIdx.x;
   if (t >= rows) return;
   float* row = scores + (size_t)t * E;
-  gate_dots<GATE_GROUP>(x + (size_t)t * D, W, e0, D, E, red, part);
+  gate_dots<G>(x + (size_t)t * D, W, e0, D, E, red, part);
   if (l == 0) {  // thread 0 wrote part in gate_dots
-    for (int c = 0; c < GATE_GROUP && e0 + c < E; c++) row[e0 + c] = part[c];
+    for (int c = 0; c < G && e0 + c < E; c++) row[e0 + c] = part[c];
     __threadfence();  // the scores are visible before the arrival
     unsigned long long n = atomicAdd(count + t, 1ull) + 1ull;
     last = n % gridDim.y == 0;
@@ -182,6 +181,16 @@ extern "C" __global__ void __launch_bounds__(1024) moe_gate_split(const bf16_t* 
   __syncthreads();
   gate_route(sc, bias, ids, wts, t, E, topk, route_scale);
 }
+
+#define GATE_SPLIT_KERNEL(G)                                                                                  \
+  extern "C" __global__ void __launch_bounds__(1024) moe_gate_split_g##G(                                      \
+      const bf16_t* x, const bf16_t* W, const float* bias, float* scores, unsigned long long* count, int* ids, \
+      float* wts, int rows, int D, int E, int topk, float route_scale) {                                      \
+    gate_split<G>(x, W, bias, scores, count, ids, wts, rows, D, E, topk, route_scale);                        \
+  }
+GATE_SPLIT_KERNEL(2)
+GATE_SPLIT_KERNEL(4)
+GATE_SPLIT_KERNEL(8)
 
 // ---- the quantized linear (qlinear order) with its epilogues ----------------------------------------
 struct MoeLin {

@@ -40,14 +40,15 @@ SPREAD_THREADS = 256  # the spread kernels' largest block
 SPREAD_MAX_BATCH = 4  # SP_MAX_BATCH of moe_routed.cu: an expert's slots per pass
 SPREAD_UP_ROWS, SPREAD_DOWN_ROWS = 16, 32  # SP_UP_ROWS, SP_DOWN_ROWS: output rows per block
 #: The gate kernels: "row" (moe_gate: one 1024-thread block per row, all E experts) and "split"
-#: (moe_gate_split: a block per (row, GATE_GROUP experts), the row's last block to arrive routes it).
+#: (moe_gate_split_g<G>: a block per (row, G experts), the row's last block to arrive routes it).
 #: Same gate_dots and gate_route, so the same bits; "row" stays the default until an H200 run of
 #: tools/cuda_check_moe.py shows the split gate exact.
 GATE_KERNELS = ("row", "split")
 DEFAULT_GATE = "row"
-GATE_GROUP = 4  # experts per block of the split gate (GATE_GROUP in moe.cu)
-KERNELS = ("moe_qdq", "moe_gate", "moe_gate_split", "moe_combine", "moe_combine_official", "moe_round_bf16",
-           "moe_expand",
+GATE_GROUPS = (2, 4, 8)  # experts per block of the split gate kernels built (moe_gate_split_g<G>)
+GATE_GROUP = 4  # the one the split gate runs (the others are built for timing them side by side)
+KERNELS = ("moe_qdq", "moe_gate", *(f"moe_gate_split_g{g}" for g in GATE_GROUPS), "moe_combine",
+           "moe_combine_official", "moe_round_bf16", "moe_expand",
            *(f"moe_{s}_{f}" for s in ("up", "down") for f in FORMATS),
            *(f"moe_{s}_spread_{f}" for s in ("up", "down") for f in FORMATS))
 #: The draft's dense projections (grouped linear, bf16 or fp32 out) in the same module.
@@ -62,7 +63,7 @@ def constants() -> str:
     """#defines of the contracts' fp32 constants, bit for bit (no decimal literal re-rounding)."""
     lines = [f"#define LOG1P_C{j} {_bits(c)}" for j, c in enumerate(LOG1P_POLY)]
     lines += [f"#define AMAX_FLOOR {_bits(AMAX_FLOOR)}", f"#define INV_E4M3_MAX {_bits(INV_E4M3_MAX)}",
-              f"#define GATE_EPS {_bits(NORM_EPS)}", f"#define GATE_GROUP {GATE_GROUP}"]
+              f"#define GATE_EPS {_bits(NORM_EPS)}"]
     return "\n".join(lines) + "\n"
 
 
@@ -108,9 +109,9 @@ def qdq_launch(funcs: dict, x: int, codes: int, scales: int, rows: int, k: int):
                   u64(x), u64(codes), u64(scales), C.c_int(rows), C.c_int(k), pdl=True)
 
 
-def gate_groups(e: int) -> int:
-    """Blocks per row of the split gate: GATE_GROUP experts each."""
-    return -(-e // GATE_GROUP)
+def gate_groups(e: int, group: int = GATE_GROUP) -> int:
+    """Blocks per row of the split gate: `group` experts each."""
+    return -(-e // group)
 
 
 def gate_scratch_bytes(rows: int, e: int) -> dict[str, int]:
@@ -121,9 +122,9 @@ def gate_scratch_bytes(rows: int, e: int) -> dict[str, int]:
 
 def gate_launch(funcs: dict, x: int, w: int, bias: int, ids: int, wts: int, rows: int, d: int, e: int, topk: int,
                 route_scale: float = float(ROUTE_SCALE), *, kernel: str = DEFAULT_GATE, scores: int = 0,
-                count: int = 0):
-    """The gate of `rows` rows: "row" one block per row; "split" a (rows, gate_groups(e)) grid whose
-    scratch (gate_scratch_bytes) is at `scores` and `count`."""
+                count: int = 0, group: int = GATE_GROUP):
+    """The gate of `rows` rows: "row" one block per row; "split" a (rows, gate_groups(e, group)) grid
+    whose scratch (gate_scratch_bytes) is at `scores` and `count`."""
     from .args import Launch
     if kernel not in GATE_KERNELS:
         raise ValueError(f"gate kernel must be one of {GATE_KERNELS}, not {kernel!r}")
@@ -134,7 +135,9 @@ def gate_launch(funcs: dict, x: int, w: int, bias: int, ids: int, wts: int, rows
         return Launch(funcs["moe_gate"], (rows, 1, 1), (1024, 1, 1), u64(x), u64(w), u64(bias), *tail, pdl=True)
     if not scores or not count:
         raise ValueError("the split gate needs its scores and count scratch")
-    return Launch(funcs["moe_gate_split"], (rows, gate_groups(e), 1), (1024, 1, 1), u64(x), u64(w), u64(bias),
+    if group not in GATE_GROUPS:
+        raise ValueError(f"split gate groups are {GATE_GROUPS} experts, not {group}")
+    return Launch(funcs[f"moe_gate_split_g{group}"], (rows, gate_groups(e, group), 1), (1024, 1, 1), u64(x), u64(w), u64(bias),
                   u64(scores), u64(count), *tail, pdl=True)
 
 
@@ -300,9 +303,10 @@ class MoeDevice:
         return qdq_launch(self.funcs, x, codes, scales, rows, k)
 
     def gate(self, x: int, w: int, bias: int, ids: int, wts: int, rows: int, d: int, e: int, topk: int,
-             route_scale: float = float(ROUTE_SCALE), kernel: str = DEFAULT_GATE, scores: int = 0, count: int = 0):
+             route_scale: float = float(ROUTE_SCALE), kernel: str = DEFAULT_GATE, scores: int = 0, count: int = 0,
+             group: int = GATE_GROUP):
         return gate_launch(self.funcs, x, w, bias, ids, wts, rows, d, e, topk, route_scale, kernel=kernel,
-                           scores=scores, count=count)
+                           scores=scores, count=count, group=group)
 
     def linear(self, stage: str, fmt: str, **kw):
         """`stage` "up" (w1/w3 pair -> bf16 h) or "down" (-> fp32); ids 0 for a dense (shared) expert."""

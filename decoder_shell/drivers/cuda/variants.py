@@ -96,7 +96,7 @@ _ALL = [
     Variant("moe-warp", "MoE expert commands on the warp-per-row linear kernels (moe.cu; same bits) "
             "(select: experts)", Target.MOE, ops=EXPERT_OPS, linear="warp"),
     Variant("moe-gate-split", "the MoE gate on a block per (row, 4 experts), the row's last block routing it "
-            "(moe_gate_split; same bits) (select: moe_gate)", Target.MOE, ops=("moe_gate",), gate="split"),
+            "(moe_gate_split_g4; same bits) (select: moe_gate)", Target.MOE, ops=("moe_gate",), gate="split"),
     Variant("moe-gate-row", "the MoE gate on one block per row (moe_gate; same bits) (select: moe_gate)",
             Target.MOE, ops=("moe_gate",), gate="row"),
     Variant("fused", "the fused MoE combine in place of the exact-official chain (select: combine): per rank the "
