@@ -106,32 +106,36 @@ __device__ __forceinline__ void gate_dots(const bf16_t* xr, const bf16_t* W, int
 // thread 0 (strictly larger wins: ties keep the smaller id), the weights normalized in top-k order.
 __device__ __forceinline__ void gate_route(float* sc, const float* bias, int* ids, float* wts, int t, int E, int topk,
                                            float route_scale) {
+  // The biased scores are formed by every thread at once and the serial top-k reads them from shared
+  // memory: the same ADD per expert and the same comparisons in the same order as one thread reading
+  // bias[] from global memory (whose dependent loads made this loop most of the gate's time).
+  __shared__ float biased[1024];
+  __shared__ unsigned char taken[1024];
   int l = threadIdx.x;
-  if (l < E) sc[l] = SQRT(psoftplus(sc[l]));
+  if (l < E) {
+    sc[l] = SQRT(psoftplus(sc[l]));
+    biased[l] = ADD(sc[l], __ldg(bias + l));
+    taken[l] = 0;
+  }
   __syncthreads();
   if (l == 0) {
-    int chosen[16];
-    float w[16];
+    float sum = 0.0f;
     for (int k = 0; k < topk; k++) {
       int best = -1;
       float bv = 0.0f;
       for (int e = 0; e < E; e++) {
-        bool used = false;
-        for (int q = 0; q < k; q++) used |= chosen[q] == e;
-        if (used) continue;
-        float v = ADD(sc[e], bias[e]);
+        if (taken[e]) continue;
+        float v = biased[e];
         if (best < 0 || v > bv) { best = e; bv = v; }  // strictly larger: ties keep the smaller id
       }
-      chosen[k] = best;
-      w[k] = sc[best];
+      taken[best] = 1;
+      ids[(size_t)t * topk + k] = best;
+      float w = sc[best];
+      sum = k == 0 ? w : ADD(sum, w);  // w[0] + w[1] + ... left to right, as the contract
     }
-    float sum = w[0];
-    for (int k = 1; k < topk; k++) sum = ADD(sum, w[k]);
     sum = ADD(sum, GATE_EPS);
-    for (int k = 0; k < topk; k++) {
-      ids[(size_t)t * topk + k] = chosen[k];
-      wts[(size_t)t * topk + k] = MUL(DIV(w[k], sum), route_scale);
-    }
+    for (int k = 0; k < topk; k++)
+      wts[(size_t)t * topk + k] = MUL(DIV(sc[ids[(size_t)t * topk + k]], sum), route_scale);
   }
 }
 
