@@ -369,23 +369,33 @@ MOE_LINEAR(moe_down_fp8, FMT_FP8, EPI_F32)
 MOE_LINEAR(moe_down_bf16, FMT_BF16, EPI_F32)
 
 // ---- combine: slots in ascending expert id from +0.0, then the shared partial (COMBINE mode) ----------
+// Row t's slots at column d summed from +0.0 in ascending expert id (ids of a row are distinct), each
+// rounded to bf16 first when ROUND (the exact-official epilogue); ids not from a gate (a deleted gate's
+// poison) end the walk, so nothing outside the slots is read.
+template <bool ROUND>
+__device__ __forceinline__ float ascending_slots(const float* slots, const int* ids, int t, int topk, int D, int d) {
+  const int* id = ids + (size_t)t * topk;
+  float acc = 0.0f;
+  int prev = -1;
+  for (int r = 0; r < topk; r++) {  // the r-th smallest id
+    int best = -1;
+    for (int j = 0; j < topk; j++)
+      if (id[j] > prev && (best < 0 || id[j] < id[best])) best = j;
+    if (best < 0) break;
+    prev = id[best];
+    const float v = slots[((size_t)t * topk + best) * D + d];
+    acc = ADD(acc, ROUND ? round_bf(v) : v);
+  }
+  return acc;
+}
+
 extern "C" __global__ void __launch_bounds__(256) moe_combine(const float* slots, const float* shared, const int* ids,
                                                               float* out, int rows, int topk, int D) {
   pdl_wait();
   pdl_trigger();
   int t = blockIdx.y, d = blockIdx.x * 256 + threadIdx.x;
   if (t >= rows || d >= D) return;
-  const int* id = ids + (size_t)t * topk;
-  float acc = 0.0f;
-  int prev = -1;
-  for (int r = 0; r < topk; r++) {  // the r-th smallest id (ids of a row are distinct)
-    int best = -1;
-    for (int j = 0; j < topk; j++)
-      if (id[j] > prev && (best < 0 || id[j] < id[best])) best = j;
-    if (best < 0) break;  // ids not from a gate (a deleted gate's poison): never read outside the slots
-    prev = id[best];
-    acc = ADD(acc, slots[((size_t)t * topk + best) * D + d]);
-  }
+  float acc = ascending_slots<false>(slots, ids, t, topk, D, d);
   if (shared) acc = ADD(acc, shared[(size_t)t * D + d]);
   out[(size_t)t * D + d] = acc;
 }
@@ -400,17 +410,7 @@ extern "C" __global__ void __launch_bounds__(256) moe_combine_official(const flo
   pdl_trigger();
   int t = blockIdx.y, d = blockIdx.x * 256 + threadIdx.x;
   if (t >= rows || d >= D) return;
-  const int* id = ids + (size_t)t * topk;
-  float acc = 0.0f;
-  int prev = -1;
-  for (int r = 0; r < topk; r++) {  // the r-th smallest id (ids of a row are distinct)
-    int best = -1;
-    for (int j = 0; j < topk; j++)
-      if (id[j] > prev && (best < 0 || id[j] < id[best])) best = j;
-    if (best < 0) break;  // ids not from a gate (a deleted gate's poison): never read outside the slots
-    prev = id[best];
-    acc = ADD(acc, round_bf(slots[((size_t)t * topk + best) * D + d]));
-  }
+  float acc = ascending_slots<true>(slots, ids, t, topk, D, d);
   acc = ADD(acc, round_bf(shared[(size_t)t * D + d]));
   out[(size_t)t * D + d] = f2bf(acc);
 }

@@ -153,11 +153,10 @@ kernel void moe_linear(global const uchar *xc, global const uchar *xs, global co
     }
 }
 
-kernel void moe_combine(global const float *slots, global const float *shared, global const int *ids,
-                        global float *out, uint rows, uint topk, uint D, uint has_shared) {
-    size_t id = get_global_id(0);
-    if (id >= (size_t)rows * D) return;
-    size_t t = id / D, d = id % D;
+/* Row t's slots at column d summed from +0.0 in fp32 in ascending expert id (ids of a row are distinct),
+ * each rounded to bf16 first when bf16_first (the exact-official epilogue). */
+float ascending_slots(global const float *slots, global const int *ids, size_t t, uint topk, size_t D, size_t d,
+                      int bf16_first) {
     global const int *row = ids + t * topk;
     float acc = 0.0f;
     int prev = -1;
@@ -166,8 +165,18 @@ kernel void moe_combine(global const float *slots, global const float *shared, g
         for (uint j = 0; j < topk; j++)
             if (row[j] > prev && (best < 0 || row[j] < row[best])) best = (int)j;
         prev = row[best];
-        acc = acc + slots[(t * topk + best) * D + d];
+        float v = slots[(t * topk + best) * D + d];
+        acc = acc + (bf16_first ? round_bf(v) : v);
     }
+    return acc;
+}
+
+kernel void moe_combine(global const float *slots, global const float *shared, global const int *ids,
+                        global float *out, uint rows, uint topk, uint D, uint has_shared) {
+    size_t id = get_global_id(0);
+    if (id >= (size_t)rows * D) return;
+    size_t t = id / D, d = id % D;
+    float acc = ascending_slots(slots, ids, t, topk, D, d, 0);
     if (has_shared) acc = acc + shared[t * D + d];
     out[id] = acc;
 }
@@ -200,16 +209,7 @@ kernel void moe_combine_official(global const float *slots, global const float *
     size_t id = get_global_id(0);
     if (id >= (size_t)rows * D) return;
     size_t t = id / D, d = id % D;
-    global const int *row = ids + t * topk;
-    float acc = 0.0f;
-    int prev = -1;
-    for (uint r = 0; r < topk; r++) {
-        int best = -1;
-        for (uint j = 0; j < topk; j++)
-            if (row[j] > prev && (best < 0 || row[j] < row[best])) best = (int)j;
-        prev = row[best];
-        acc = acc + round_bf(slots[(t * topk + best) * D + d]);
-    }
+    float acc = ascending_slots(slots, ids, t, topk, D, d, 1);
     acc = acc + round_bf(shared[t * D + d]);
     out[id] = f2bf(acc);
 }
