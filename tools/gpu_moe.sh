@@ -13,21 +13,7 @@
 # Usage: OUT=dir bash tools/gpu_moe.sh [--with-expanded-dsv41]   (the option adds a dsv41 expanded corpus:
 # minutes more of host work and over 15 GB of host memory for its synth). Logs and JSON land in $OUT; a
 # summary table is printed at the end. Exit 0 when every replay and the kernel check are exact.
-set -u
-OUT=${OUT:-out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
-S="python3 -m decoder_shell.cli"
-T=$(mktemp -d)
-rc_all=0
-summary=()
-replay() {  # name corpus
-  local name=$1 corpus=$2
-  timeout 300 $S replay "$corpus" --driver cuda --placement emulated --epochs 20 --changed 2 -q \
-    --json-out "$OUT/replay-$name.json" >"$OUT/replay-$name.log" 2>&1
-  local rc=$?
-  [ $rc -eq 0 ] || rc_all=1
-  summary+=("| replay $name | rc=$rc | $(grep -E '^(EXACT|NOT EXACT|MISMATCH)' "$OUT/replay-$name.log" | head -1) | $(grep 'slowest rank' "$OUT/replay-$name.log" | head -1 | tr -s ' │┃' ' ') |")
-}
+. "$(dirname "$0")/gpu_lib.sh"
 for w in packed expanded; do
   $S synth --preset tiny-moe --tp 2 --verify-rows 2 --draft-rows 5 --draft-kind dspark --moe-weights $w \
     --seed 3 --out "$T/tiny-$w" -q >"$OUT/synth-tiny-$w.log" 2>&1 || { echo "synth tiny-$w failed"; rc_all=2; }

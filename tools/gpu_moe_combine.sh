@@ -10,21 +10,7 @@
 #  3. tools/cuda_check_moe.py with few cases (it checks moe_combine_official against its contract).
 # Usage: OUT=dir bash tools/gpu_moe_combine.sh    Logs and JSON land in $OUT; a summary table is printed.
 # Exit 0 when every replay and the kernel check are exact and the gate ran (whatever its verdict).
-set -u
-OUT=${OUT:-out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
-S="python3 -m decoder_shell.cli"
-T=$(mktemp -d)
-rc_all=0
-summary=()
-replay() {  # name corpus placement
-  local name=$1 corpus=$2 placement=${3:-emulated}
-  timeout 300 $S replay "$corpus" --driver cuda --placement "$placement" --epochs 20 --changed 2 -q \
-    --json-out "$OUT/replay-$name.json" >"$OUT/replay-$name.log" 2>&1
-  local rc=$?
-  [ $rc -eq 0 ] || rc_all=1
-  summary+=("| replay $name | rc=$rc | $(grep -E '^(EXACT|NOT EXACT|MISMATCH)' "$OUT/replay-$name.log" | head -1) | $(grep 'slowest rank' "$OUT/replay-$name.log" | head -1 | tr -s ' │┃' ' ') |")
-}
+. "$(dirname "$0")/gpu_lib.sh"
 for tp in 2 4; do
   for mode in official fused; do
     $S synth --preset tiny-moe --tp $tp --verify-rows 2 --draft-rows 5 --draft-kind dspark --moe-combine $mode \
