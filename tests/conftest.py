@@ -335,3 +335,24 @@ NAIVE = _Naive(
 def naive():
     """Naive scalar references of every contract (see the module docstring)."""
     return NAIVE
+
+
+def assert_level_zero_replays_exact(paths) -> None:
+    """Every corpus in `paths` replays on the level-zero driver (graph and changed epochs) with every output
+    of every rank bit-exact. Skips where the driver is unavailable, except under CI, which builds it."""
+    import json
+
+    import pytest
+
+    from decoder_shell.drivers.level_zero import LevelZeroDriver
+    from decoder_shell.errors import DriverUnavailable
+    try:
+        LevelZeroDriver().target
+    except DriverUnavailable as e:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"level-zero driver unavailable here: {e}")
+    for path in paths:
+        r = run_shell("replay", path, "--driver", "level-zero", "--epochs", "2", "--changed", "2", "--json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["exact"]

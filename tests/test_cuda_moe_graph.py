@@ -459,19 +459,7 @@ def test_cuda_check_moe_exactness_pass_on_the_interpreter(no_builds):
     operands, both linear kernels, packed and expanded) with its launches run by this interpreter: the
     tool's buffers, launches and contract expectations agree on every element, and a kernel that skipped
     its output would show (outputs start poisoned)."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-    import cuda_check_moe as chk
-
-    cu = HostMemoryDriver()
-
-    class InterpretedDevice(M.MoeDevice):
-        def launch(self, launches, stream):
-            for ln in launches:
-                run_moe_launch(cu, ln.func, ln)
-
-    dev = InterpretedDevice(cu, "sm_90")
+    chk, cu, dev = interpreted_check_tool()
     rng = np.random.default_rng(3)
     counts: dict = {}
     for (t, d, e, i), concentrate in (((5, 64, 8, 64), True), ((3, 128, 4, 64), False)):

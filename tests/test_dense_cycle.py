@@ -5,14 +5,13 @@ verified and replayed exactly (cpu, OpenCL CPU runtime), and bad input as one li
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import assert_one_line_error, reseal, run_shell
+from conftest import assert_level_zero_replays_exact, assert_one_line_error, reseal, run_shell
 from test_contracts_moe import rand_act, rand_fp8, scalar_qlinear
 from decoder_shell.commands import dense_ops
 from decoder_shell.commands.program import build_cycle, reference
@@ -163,18 +162,7 @@ def test_synth_corpora_verify_exact(tmp_path_factory, tp, rows, seed, kind):
 def test_level_zero_replays_dense_cycles_exactly(corpora):
     """The SYCL path runs moe_qdq and dense_linear for the attention commands: every output of every
     rank bit-exact, graph and changed epochs (the changed epochs draw new o and taps), both weight forms."""
-    from decoder_shell.drivers.level_zero import LevelZeroDriver
-    from decoder_shell.errors import DriverUnavailable
-    try:
-        LevelZeroDriver().target
-    except DriverUnavailable as e:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"level-zero driver unavailable here: {e}")
-    for path in corpora.values():
-        r = run_shell("replay", path, "--driver", "level-zero", "--epochs", "2", "--changed", "2", "--json")
-        assert r.returncode == 0, r.stderr
-        assert json.loads(r.stdout)["exact"]
+    assert_level_zero_replays_exact(corpora.values())
 
 
 def test_nan_scale_byte_in_dense_weight_is_one_line_exit_2(tmp_path):

@@ -113,18 +113,13 @@ def test_moe_cycles_run_in_level_zero_command_lists(sequence):
     _every_handle_destroyed(stderr)
 
 
-@pytest.mark.parametrize("case", ["-".join(c) for c in ze_null_sequence.MOE_CASES])
-def test_moe_command_list_binds_the_plan_the_sycl_path_runs(sequence, case):
-    """The Level Zero command list of an MoE cycle launches the very kernels, work sizes and argument
-    bytes that the SYCL path executes (and replays exactly: tests/test_moe_cycle.py): pointers as
-    (allocation, offset), scalars as bytes, launch by launch. So the GPU path cannot drift from the
-    checked one."""
+def _sycl_launches(cyc) -> list[dict]:
+    """The SYCL path's launches of `cyc` in the form the Level Zero sequence records them: kernel, work
+    sizes, and each argument as bytes (scalars) or (allocation, offset) (pointers)."""
     target = _sycl_target()
     _needs(target, "Intel's OpenCL CPU runtime (the SYCL path to compare with)")
     from decoder_shell.drivers.level_zero.sycl_session import SyclSession
 
-    got, _ = sequence
-    cyc = ze_null_sequence.moe_cycle(*case.split("-"))
     session = SyclSession(cyc, target)
     try:
         spaces = [*range(len(cyc.buffers)), planning.ARENA]
@@ -136,10 +131,20 @@ def test_moe_command_list_binds_the_plan_the_sycl_path_runs(sequence, case):
             v = a._pointer
             space = next(s for s, (base, size) in allocations.items() if base <= v < base + size)
             return ["ptr", space, v - allocations[space][0]]
-        sycl = [{"kernel": k.get_function_name(), "global": g[0], "local": l[0], "args": [arg(a) for a in args]}
+        return [{"kernel": k.get_function_name(), "global": g[0], "local": l[0], "args": [arg(a) for a in args]}
                 for k, args, g, l in session.launches]
     finally:
         session.close()
+
+
+@pytest.mark.parametrize("case", ["-".join(c) for c in ze_null_sequence.MOE_CASES])
+def test_moe_command_list_binds_the_plan_the_sycl_path_runs(sequence, case):
+    """The Level Zero command list of an MoE cycle launches the very kernels, work sizes and argument
+    bytes that the SYCL path executes (and replays exactly: tests/test_moe_cycle.py): pointers as
+    (allocation, offset), scalars as bytes, launch by launch. So the GPU path cannot drift from the
+    checked one."""
+    got, _ = sequence
+    sycl = _sycl_launches(ze_null_sequence.moe_cycle(*case.split("-")))
     ze_side = got["moe"][case]["bindings"]
     combine = "moe_combine_official" if case.endswith("official") else "moe_combine"
     assert len(ze_side) == len(sycl) and any(b["kernel"] == combine for b in sycl)
@@ -164,27 +169,8 @@ def test_dense_attention_cycles_run_in_level_zero_command_lists(sequence):
 def test_dense_command_list_binds_the_plan_the_sycl_path_runs(sequence, case):
     """The command list of a tiny-moe-attn cycle launches the kernels, work sizes and argument bytes the
     SYCL path executes (exactly: tests/test_dense_cycle.py), launch by launch."""
-    target = _sycl_target()
-    _needs(target, "Intel's OpenCL CPU runtime (the SYCL path to compare with)")
-    from decoder_shell.drivers.level_zero.sycl_session import SyclSession
-
     got, _ = sequence
-    cyc = ze_null_sequence.attn_cycle(*case.split("-"))
-    session = SyclSession(cyc, target)
-    try:
-        spaces = [*range(len(cyc.buffers)), planning.ARENA]
-        allocations = {s: (session.allocation(s)._pointer, session.allocation(s).nbytes) for s in spaces}
-
-        def arg(a):
-            if isinstance(a, ctypes._SimpleCData):
-                return ["val", bytes(a).hex()]
-            v = a._pointer
-            space = next(s for s, (base, size) in allocations.items() if base <= v < base + size)
-            return ["ptr", space, v - allocations[space][0]]
-        sycl = [{"kernel": k.get_function_name(), "global": g[0], "local": l[0], "args": [arg(a) for a in args]}
-                for k, args, g, l in session.launches]
-    finally:
-        session.close()
+    sycl = _sycl_launches(ze_null_sequence.attn_cycle(*case.split("-")))
     ze_side = got["attn"][case]["bindings"]
     assert len(ze_side) == len(sycl) and any(b["kernel"] == "dense_linear" for b in sycl)
     for i, (z, s) in enumerate(zip(ze_side, sycl)):

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import assert_one_line_error, reseal, run_shell
+from conftest import assert_level_zero_replays_exact, assert_one_line_error, reseal, run_shell
 from decoder_shell.commands.program import build_cycle
 from decoder_shell.contracts.allreduce import RingContract
 from decoder_shell.corpus.bind import bind
@@ -157,20 +157,7 @@ def test_gate_selects_moe_commands(corpora, tmp_path):
 def test_level_zero_replays_moe_cycles_exactly(corpora):
     """The SYCL path of the level-zero driver runs the MoE SPIR-V kernels in the cycle: every output of
     every rank bit-exact, graph and changed epochs, packed and expanded weights."""
-    import os
-
-    from decoder_shell.drivers.level_zero import LevelZeroDriver
-    from decoder_shell.errors import DriverUnavailable
-    try:
-        LevelZeroDriver().target
-    except DriverUnavailable as e:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"level-zero driver unavailable here: {e}")
-    for path in corpora.values():
-        r = run_shell("replay", path, "--driver", "level-zero", "--epochs", "2", "--changed", "2", "--json")
-        assert r.returncode == 0, r.stderr
-        assert json.loads(r.stdout)["exact"]
+    assert_level_zero_replays_exact(corpora.values())
 
 
 def test_drivers_without_moe_commands_refuse():
