@@ -86,13 +86,13 @@ def changed_ulp(cycle: Cycle, session: Session, expected, plan: Plan) -> tuple[l
     outputs of the changed commands and their expected values: (the first changed command in cycle
     order, every changed command). Only the first measures the contract change alone: a later one's
     inputs already carry the earlier differences (the next stage's routing may change with them)."""
-    order = sorted(plan.variants)
-    first = list(cycle.commands[order[0]].outputs.values()) if order else []
-    bids = [b for i in order for b in cycle.commands[i].outputs.values()]
-
-    def worst(r, which):
-        return max([max_ulp(session.read(r, b), expected[r][b]) for b in which], default=0.0)
-    return [worst(r, first) for r in range(cycle.ranks)], [worst(r, bids) for r in range(cycle.ranks)]
+    firsts, alls = [], []
+    for r in range(cycle.ranks):
+        per_cmd = [max([max_ulp(session.read(r, b), expected[r][b]) for b in cycle.commands[i].outputs.values()],
+                       default=0.0) for i in sorted(plan.variants)]
+        firsts.append(per_cmd[0] if per_cmd else 0.0)
+        alls.append(max(per_cmd, default=0.0))
+    return firsts, alls
 
 
 def hand_expected(session: Session, cycle: Cycle, plan: Plan, expected) -> None:
