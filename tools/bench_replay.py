@@ -183,6 +183,8 @@ def main():
     ap.add_argument("--cluster", action="store_true", help="also the thread-block-cluster mHC variant")
     ap.add_argument("--fixed-width", action="store_true", help="also the fixed-width fused-m2/m4/m8 variants")
     ap.add_argument("--persistent", action="store_true", help="also the persistent cycle kernel")
+    ap.add_argument("--persistent-cluster", action="store_true",
+                    help="also the cluster cycle kernel (one 16-block cluster per rank and row group)")
     ap.add_argument("--vllm-src", type=Path, help="folder holding vLLM's vllm/ sources: the production peer")
     ap.add_argument("--vllm-paths", nargs="+", default=["triton", "tilelang"], choices=["triton", "tilelang"])
     ap.add_argument("--only-main", action="store_true",
@@ -198,6 +200,7 @@ def main():
     persistent = get_driver("cuda", placement="emulated", cycle="persistent") if args.persistent else None
     flags = get_driver("cuda", placement="emulated", cycle="persistent-flags") if args.persistent else None
     plain = get_driver("cuda", placement="emulated", pdl=False)
+    clustered = get_driver("cuda", placement="emulated", cycle="persistent-cluster") if args.persistent_cluster else None
     rows_out = []
     for m in args.rows:
         g = preset("dsv4-flash", tp=args.tp, verify_rows=m, draft_rows=0)
@@ -210,6 +213,8 @@ def main():
         if persistent is not None:
             configs["shell persistent"] = (persistent, {})
             configs["shell persistent, row flags"] = (flags, {})
+        if clustered is not None:
+            configs["shell persistent-cluster"] = (clustered, {})
         for form in args.sinkhorn_forms:  # same commands, the Sinkhorn built in another (bit-identical) form
             if not form.endswith("+late"):
                 configs[f"shell baseline, sinkhorn {form}"] = (drv, {}, form)
@@ -261,7 +266,7 @@ def main():
             print(f"| mismatching elements ({n}) | " + " | ".join(
                 str(r[n]["mismatches"]) if n in r else "-" for r in rows_out) + " |")
     for peer in ("vllm tilelang peer", "vllm triton peer"):
-        for n in ("shell baseline", "shell persistent"):
+        for n in ("shell baseline", "shell persistent", "shell persistent-cluster"):
             if all(peer in r and n in r for r in rows_out):
                 print(f"| ratio {n} / {peer} | " + " | ".join(f"{r[n]['ms'] / r[peer]['ms']:.4f}" for r in rows_out) + " |")
     return rows_out

@@ -271,9 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--placement", default="auto", choices=PLACEMENTS,
                    help="cuda: ranks emulated on one GPU, or one process per rank (auto: processes when "
                         "there is a GPU per rank)")
-    s.add_argument("--cycle", default="graph", choices=("graph", "persistent", "persistent-flags"),
+    s.add_argument("--cycle", default="graph", choices=("graph", "persistent", "persistent-flags", "persistent-cluster"),
                    help="cuda: the cycle as a graph of kernel nodes, or as one persistent cooperative kernel "
-                        "(its steps separated by grid barriers, or ordered by row counters)")
+                        "(its steps separated by grid barriers, or ordered by row counters), or as one kernel of "
+                        "16-block clusters, one per rank and row group (docs/CUDA.md)")
     s.add_argument("--seed", type=int, default=0, help="seed of the changed epochs' inputs")
     s.add_argument("--json", action="store_true", help="print the full result as JSON")
     s.add_argument("--json-out", type=Path, help="write the JSON result here (the table still prints)")

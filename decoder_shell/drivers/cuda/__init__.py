@@ -16,7 +16,7 @@ from .session import CudaSession
 from .variants import describe
 
 #: How a session runs the cycle: a graph of kernel nodes, or one persistent cooperative kernel.
-CYCLES = ("graph", "persistent", "persistent-flags")
+CYCLES = ("graph", "persistent", "persistent-flags", "persistent-cluster")
 PERSISTENT_VARIANTS = {
     "persistent": "the whole cycle as one resident cooperative kernel (mHC boundaries with their all-reduce folded "
                   "in, separated by grid barriers on a 64-bit counter; next weights prefetched into L2; emulated "
@@ -24,6 +24,10 @@ PERSISTENT_VARIANTS = {
     "persistent-flags": "the persistent kernel with its steps ordered by 64-bit (rank, row) counters instead of grid "
                         "barriers: a unit waits only for the units that made its row (select every command)",
     "persistent-fma": "the persistent kernel built with FMA contraction (deliberately inexact)",
+    "persistent-cluster": "the whole cycle as one resident kernel of 16-block clusters, one per (rank, row group): "
+                          "stream values kept in shared memory, partials exchanged through distributed shared "
+                          "memory, clusters joined only at the all-reduces (emulated ranks, sm_90+, hidden 1024/"
+                          "2048/4096; select every command)",
 }
 
 
@@ -94,6 +98,13 @@ class CudaDriver(Driver):
         return CudaSession(self, cycle, variants, pdl=self.pdl)
 
     def _load_persistent(self, cycle, form: str):
+        if form == "persistent-cluster":
+            if self.placement == "processes":
+                raise UsageError("the persistent-cluster cycle emulates every rank on one device (--placement emulated)")
+            from .cluster_cycle import ClusterSession
+            self._last = "persistent-cluster"
+            self.cu.cuCtxSetCurrent(self.ctx)
+            return ClusterSession(self, cycle)
         if self.placement_for(cycle.ranks) == "processes":  # one persistent kernel per rank process
             from .processes import ProcessSession
             self._last = "processes"
@@ -130,6 +141,8 @@ class CudaDriver(Driver):
             used = sorted(set(self._devices))
             shared = " (ranks share devices)" if len(used) < len(self._devices) else ""
             return f"cuda ({self.gpu}, {self.arch}, one process per rank on devices {used}{shared})"
+        if self._last == "persistent-cluster":
+            return f"cuda ({self.gpu}, {self.arch}, emulated ranks on one device, cluster cycle kernel)"
         if self._last == "persistent":
             return f"cuda ({self.gpu}, {self.arch}, emulated ranks on one device, persistent cycle kernel)"
         return f"cuda ({self.gpu}, {self.arch}, emulated ranks on one device)"

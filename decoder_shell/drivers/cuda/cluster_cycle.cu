@@ -1,0 +1,324 @@
+// decoder-shell cluster cycle: the whole cycle as one resident kernel of 16-block thread-block
+// clusters, one cluster per (rank, row group). Appended to kernels.cu + persistent.cu (PStep, the
+// step table, globaltimer, ld_relaxed); the arithmetic is kernels.cu's (sinkhorn_lane, psigmoid,
+// ring_fold, f2bf) in the contracts' order. cluster_cycle.py encodes the table and launches it.
+//
+// Why clusters: within a phase the only serial chain of the replay is per (rank, row): streams ->
+// projection dots -> mixes -> Sinkhorn -> the next streams. A cluster holds one such chain (or a few
+// rows of one rank) for the whole cycle: block b owns lanes 64b .. 64b+63 of the contract's 1024, so
+// the stream values it makes at one boundary are the residual it reads at the next (kept in shared
+// memory, never re-read), its partial dot products meet the other 15 blocks' through distributed
+// shared memory behind one cluster barrier (no grid-wide barrier, no L2 round trip), and every block
+// then finishes the mixes and the Sinkhorn itself. The next boundary's weights are loaded into
+// registers right after a block's dot products, so they land during the exchange and the Sinkhorn.
+//
+// Per step s (one mHC boundary; its all-reduce folded in), every block:
+//   C  stream values of s for its lanes from x (folded during B(s-1)), the residual (its own shared
+//      memory) and post/comb (made in B(s-1)); streams written;
+//   A  the lanes' dot products of the 24 (head: 4) outputs and the sum of squares, the 64-lane tree
+//      in each warp, the block's partials into shared memory; the weights of s+1 requested;
+//   X  cluster barrier; every block reads all 16 blocks' partials (distributed shared memory) and
+//      finishes the 16-block tree: the mixes of its rows;
+//   B  warps 0..: Sinkhorn (two rows a warp) -> post/comb of s+1; the other warps: pre and the
+//      collapse y of its columns, an arrival on the step's join counter, then (after every block of
+//      every rank arrived: the all-reduce's join) the fold of s+1's all-reduce for its columns.
+// The join keeps the cycle's order: an all-reduce reads the partial sums only after every rank has
+// produced the sub-block input they stand for (y of the boundary before). Counters are 64-bit and
+// only grow (the launch's tag x the grid's blocks); a wait that outlasts timeout_ns sets err and
+// every later wait returns at once, so the launch ends (the host reports one line), never a hung GPU.
+
+#define CL_SIZE 16
+#define CL_LANES (LANES / CL_SIZE)  // lanes of one block: 64, two per thread of a warp
+#define CL_THREADS 256
+#define CL_WARPS (CL_THREADS / 32)
+
+struct CArgs {
+  const PStep* steps;
+  int nsteps, ranks;
+  u64* join;        // [nsteps] arrivals (every block once per step and launch)
+  int* err;         // 0, or 1 + the step whose join timed out
+  u64 timeout_ns;
+  u64* trace;       // null, or [nsteps + 1] stamps (cluster 0, block 0, at each step start)
+  u64* detail;      // null, or [nsteps + 1][8] stamps inside each step (same block)
+  u64 tag;          // this launch's number: 1, 2, ...
+  int rank0, nlocal;  // the ranks this grid computes
+  int groups;       // row groups per rank: clusters = nlocal x groups
+  int mode;         // 0: the cycle; 1: synchronization only (cluster barriers and joins)
+  int skip_step;    // watchdog test: the last cluster never arrives at join `skip_step` (-1: never)
+  int pad_;
+};
+
+__device__ __forceinline__ void bar_named(int id, int n) { asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory"); }
+
+// This block's weights of step `st` for rank r into registers: warp w's chains (see chain_of) for
+// the block's lanes L0 + 2*lane, +1, every lane step u (element i = lane + u * 1024).
+__device__ __forceinline__ int chain_of(int w, int i) { return w == 0 ? 8 * (i + 1) : w + 8 * i; }
+
+template <int Q>
+__device__ __forceinline__ void load_weights(const PStep& st, int r, int L0, float2 (&wt)[3][HC * Q]) {
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float* fn = st.mh[r].fn;
+  const int N = HC * Q * LANES;
+#pragma unroll
+  for (int i = 0; i < 3; i++) {
+    const int c = chain_of(w, i);
+    if (c <= st.nout) {
+#pragma unroll
+      for (int u = 0; u < HC * Q; u++)
+        wt[i][u] = __ldg(reinterpret_cast<const float2*>(fn + (size_t)(c - 1) * N + u * LANES + L0 + 2 * lane));
+    }
+  }
+}
+
+// The step's rows for cluster group g: [row0, row0 + n).
+__device__ __forceinline__ void rows_of(int rows, int groups, int g, int& row0, int& n) {
+  const int per = (rows + groups - 1) / groups;
+  row0 = g * per;
+  n = max(0, min(rows - row0, per));
+}
+
+// Wait until the step's join counter reaches `target`, or the watchdog fires (err set); once err is
+// set anywhere every wait returns at once. One thread calls it.
+__device__ __forceinline__ void join_wait(const CArgs& p, const u64* c, u64 target, int s) {
+  const u64 t0 = globaltimer();
+  for (unsigned n = 0; ld_relaxed(c) < target; n++) {
+    if ((n & 7) != 7) continue;
+    if (*(volatile int*)p.err) break;
+    if (globaltimer() - t0 > p.timeout_ns) { atomicCAS(p.err, 0, s + 1); break; }
+  }
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
+// x of step s for this block's columns of its rows: the all-reduce folded (every rank's partial read
+// in the contract's order, the output written) or read from the buffer; threads [t0, t0 + nt).
+template <int Q, int RPC>
+__device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, int row0, int nrows, int L0, float (*xs)[Q][CL_LANES],
+                                       int t0, int nt) {
+  for (int i = threadIdx.x - t0; i < nrows * Q * CL_LANES; i += nt) {
+    const int mi = i / (Q * CL_LANES), q = (i / CL_LANES) % Q, l = i % CL_LANES;
+    const int e = (row0 + mi) * a.D + L0 + l + q * LANES;
+    float x;
+    if (fused) {
+      x = ring_fold(a.peers, a.ring, e);
+      st(a.ar_out, e, x, a.ring.is_bf16);
+    } else {
+      x = ld(a.x, e, a.x_is_bf16);
+    }
+    xs[mi][q][l] = x;
+  }
+}
+
+__device__ __forceinline__ void copy_args_range(MhcArgs* dst, const MhcArgs& src, int t0, int nt) {
+  constexpr int W = sizeof(MhcArgs) / 8;
+  for (int i = threadIdx.x - t0; i < W; i += nt) reinterpret_cast<u64*>(dst)[i] = reinterpret_cast<const u64*>(&src)[i];
+}
+
+__device__ __forceinline__ void dstamp(u64* st, int k) {
+  if (st) st[k] = globaltimer();
+}
+
+template <int Q, int RPC>
+__device__ void cluster_cycle(const CArgs& p) {
+  __shared__ __align__(16) float sv[RPC][HC * Q][CL_LANES];   // this block's stream values (fp32 of the bf16), element order u
+  __shared__ float xs[RPC][Q][CL_LANES];        // x of the next step (folded)
+  __shared__ float part[2][RPC][25];            // the block's partials: [0] sum of squares, [1 + o] output o
+  __shared__ float mix[RPC][24];
+  __shared__ float pc[RPC][HC + HC * HC];       // post, comb for the next step
+  __shared__ float pre_s[RPC][HC];
+  __shared__ MhcArgs args_s[2];                 // step s's arguments for this rank at [s & 1]
+  const int t = threadIdx.x, w = t >> 5, lane = t & 31;
+  const int b = (int)cluster_ctarank(), cid = blockIdx.x / CL_SIZE;
+  const int r = p.rank0 + cid / p.groups, g = cid % p.groups;
+  const int L0 = b * CL_LANES;
+  const bool work = p.mode == 0;
+  const bool stamper = cid == 0 && b == 0 && t == 0;
+  const bool skipper = cid == (int)gridDim.x / CL_SIZE - 1;
+  const u64 target = p.tag * (u64)gridDim.x;
+  float2 wt[3][HC * Q];
+
+  // prologue: step 0's arguments, x and weights
+  {
+    const PStep& st = p.steps[0];
+    copy_args_range(&args_s[0], st.mh[r], 0, CL_THREADS);
+    __syncthreads();
+    int row0, nrows;
+    rows_of(st.rows, p.groups, g, row0, nrows);
+    if (work) {
+      fold_x<Q, RPC>(args_s[0], st.fused, row0, nrows, L0, xs, 0, CL_THREADS);
+      load_weights<Q>(st, r, L0, wt);
+    }
+    __syncthreads();
+  }
+  for (int s = 0; s < p.nsteps; s++) {
+    const PStep& st = p.steps[s];
+    const MhcArgs& A = args_s[s & 1];
+    const int op = st.op, nout = st.nout, buf = s & 1;
+    const bool carried = st.prev == s - 1 && s > 0;
+    int row0, nrows;
+    rows_of(st.rows, p.groups, g, row0, nrows);
+    if (stamper && p.trace) p.trace[s] = globaltimer();
+    u64* ds = stamper && p.detail ? p.detail + (size_t)s * 8 : nullptr;
+    dstamp(ds, 0);
+    // C: stream values of this step for the block's columns
+    if (work) {
+      for (int i = t; i < nrows * Q * CL_LANES; i += CL_THREADS) {
+        const int mi = i / (Q * CL_LANES), q = (i / CL_LANES) % Q, l = i % CL_LANES;
+        const int m = row0 + mi, d = L0 + l + q * LANES;
+        const float x = xs[mi][q][l];
+        float res[HC], pin[HC], cb[HC * HC];
+        if (op != OP_PRE) {
+#pragma unroll
+          for (int j = 0; j < HC; j++) res[j] = carried ? sv[mi][j * Q + q][l] : bf2f(A.residual[((size_t)m * HC + j) * A.D + d]);
+#pragma unroll
+          for (int k = 0; k < HC; k++) pin[k] = carried ? pc[mi][k] : A.post_in[m * HC + k];
+#pragma unroll
+          for (int e = 0; e < HC * HC; e++) cb[e] = carried ? pc[mi][HC + e] : A.comb_in[m * HC * HC + e];
+        }
+#pragma unroll
+        for (int k = 0; k < HC; k++) {
+          float v = x;
+          if (op != OP_PRE) {
+            float mx = MUL(cb[0 * HC + k], res[0]);
+            mx = ADD(mx, MUL(cb[1 * HC + k], res[1]));
+            mx = ADD(mx, MUL(cb[2 * HC + k], res[2]));
+            mx = ADD(mx, MUL(cb[3 * HC + k], res[3]));
+            v = ADD(MUL(pin[k], x), mx);
+          }
+          const bf16_t bv = f2bf(v);
+          A.streams[((size_t)m * HC + k) * A.D + d] = bv;
+          sv[mi][k * Q + q][l] = bf2f(bv);
+        }
+      }
+    }
+    __syncthreads();
+    dstamp(ds, 1);
+    // A: dot products of the block's 64 lanes (two a thread), warp w's chains, then the 64-lane tree
+    if (work) {
+      for (int mi = 0; mi < nrows; mi++) {
+        float a0[4], a1[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) a0[i] = a1[i] = 0.0f;
+#pragma unroll
+        for (int u = 0; u < HC * Q; u++) {
+          const float2 s2 = *reinterpret_cast<const float2*>(&sv[mi][u][2 * lane]);
+#pragma unroll
+          for (int i = 0; i < 3; i++)
+            if (chain_of(w, i) <= nout) {
+              a0[i] = ADD(a0[i], MUL(s2.x, wt[i][u].x));
+              a1[i] = ADD(a1[i], MUL(s2.y, wt[i][u].y));
+            }
+          if (w == 0) {
+            a0[3] = ADD(a0[3], MUL(s2.x, s2.x));
+            a1[3] = ADD(a1[3], MUL(s2.y, s2.y));
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          const int c = i < 3 ? chain_of(w, i) : 0;
+          if (i < 3 ? c <= nout : w == 0) {
+            float v = ADD(a0[i], a1[i]);  // lanes 2*lane, 2*lane+1: the tree's first level
+#pragma unroll
+            for (int off = 1; off < 32; off <<= 1) v = ADD(v, __shfl_down_sync(0xffffffffu, v, off));
+            if (lane == 0) part[buf][mi][c] = v;
+          }
+        }
+      }
+      // the next step's weights into registers (they land during the exchange and the Sinkhorn), the
+      // one after into L2
+      if (s + 1 < p.nsteps) load_weights<Q>(p.steps[s + 1], r, L0, wt);
+      if (s + 2 < p.nsteps) {
+        const PStep& s2 = p.steps[s + 2];
+        const char* fn = (const char*)s2.mh[r].fn;
+        const int N = HC * Q * LANES;
+        for (int i = t; i < s2.nout * HC * Q * 2; i += CL_THREADS) {  // 2 lines of 128 B per (output, u)
+          const int o = i / (HC * Q * 2), u = (i / 2) % (HC * Q), h = i & 1;
+          asm volatile("prefetch.global.L2 [%0];" :: "l"(fn + ((size_t)o * N + u * LANES + L0) * 4 + h * 128));
+        }
+      }
+    }
+    dstamp(ds, 2);
+    // X: every block's partials through distributed shared memory, the 16-block tree, the mixes
+    cluster_arrive();
+    cluster_wait();
+    dstamp(ds, 3);
+    if (work) {
+      const int npairs = nrows * (nout + 1), hw = t >> 4, j = t & 15;
+      const float N = (float)(HC * A.D);
+      for (int base = 0; base < npairs; base += CL_THREADS / 16) {
+        const int pr = base + hw;
+        const bool valid = pr < npairs;
+        const int mi = valid ? pr / (nout + 1) : 0, c = valid ? pr % (nout + 1) : 0;
+        float v = ld_dsmem(&part[buf][mi][c], j), q = ld_dsmem(&part[buf][mi][0], j);
+#pragma unroll
+        for (int off = 1; off < 16; off <<= 1) {
+          v = ADD(v, __shfl_down_sync(0xffffffffu, v, off, 16));
+          q = ADD(q, __shfl_down_sync(0xffffffffu, q, off, 16));
+        }
+        if (j == 0 && valid && c > 0) mix[mi][c - 1] = MUL(v, DIV(1.0f, SQRT(ADD(DIV(q, N), A.norm_eps))));
+      }
+    }
+    __syncthreads();
+    dstamp(ds, 4);
+    // B: Sinkhorn warps (two rows each) and helper warps (y, join, the next all-reduce)
+    const int nsk = work && op != OP_POST_HEAD ? (nrows + 1) / 2 : 0;
+    const int nh = (CL_WARPS - nsk) * 32, h0 = nsk * 32;
+    if (w < nsk) {
+      const int hf = lane >> 4, t16 = lane & 15, mi = 2 * w + hf, mic = min(mi, nrows - 1);
+      const float lg = ADD(MUL(mix[mic][2 * HC + t16], A.scale[2]), A.base[2 * HC + t16]);
+      const float c = sinkhorn_lane(lg, t16 >> 2, t16 & 3, hf * 16, A.hc_eps, A.sinkhorn_iters);
+      const float ps = t16 < HC ? MUL(2.0f, psigmoid(ADD(MUL(mix[mic][HC + t16], A.scale[1]), A.base[HC + t16]))) : 0.0f;
+      if (mi < nrows) {
+        pc[mi][HC + t16] = c;
+        if (t16 < HC) pc[mi][t16] = ps;
+        if (b == 0) {
+          const int m = row0 + mi;
+          A.comb_out[m * HC * HC + t16] = c;
+          if (t16 < HC) A.post_out[m * HC + t16] = ps;
+        }
+      }
+      dstamp(ds, 5);
+    } else {
+      const int ht = t - h0;
+      if (work && nrows > 0) {
+        if (ht < nrows * HC) {
+          const int mi = ht / HC, h = ht % HC;
+          pre_s[mi][h] = ADD(psigmoid(ADD(MUL(mix[mi][h], A.scale[0]), A.base[h])), A.hc_eps);
+        }
+        bar_named(1, nh);
+        for (int i = ht; i < nrows * Q * CL_LANES; i += nh) {
+          const int mi = i / (Q * CL_LANES), q = (i / CL_LANES) % Q, l = i % CL_LANES;
+          float v = MUL(pre_s[mi][0], sv[mi][0 * Q + q][l]);
+          v = ADD(v, MUL(pre_s[mi][1], sv[mi][1 * Q + q][l]));
+          v = ADD(v, MUL(pre_s[mi][2], sv[mi][2 * Q + q][l]));
+          v = ADD(v, MUL(pre_s[mi][3], sv[mi][3 * Q + q][l]));
+          A.y[(size_t)(row0 + mi) * A.D + L0 + l + q * LANES] = f2bf(v);
+        }
+      }
+      bar_named(1, nh);  // every y of this block is stored before its arrival
+      if (ht == 0 && !(skipper && s == p.skip_step))
+        asm volatile("red.release.gpu.global.add.u64 [%0], %1;" :: "l"(p.join + s), "l"(1ull) : "memory");
+      if (s + 1 < p.nsteps) {
+        const PStep& nx = p.steps[s + 1];
+        copy_args_range(&args_s[(s + 1) & 1], nx.mh[r], h0, nh);
+        if (ht == 0) {
+          join_wait(p, p.join + s, target, s);
+          if (p.detail && cid == 0 && b == 0) p.detail[(size_t)s * 8 + 7] = globaltimer();  // join passed
+        }
+        bar_named(1, nh);
+        if (work) {
+          int nrow0, nn;
+          rows_of(nx.rows, p.groups, g, nrow0, nn);
+          fold_x<Q, RPC>(args_s[(s + 1) & 1], nx.fused, nrow0, nn, L0, xs, h0, nh);
+        }
+      }
+    }
+    __syncthreads();
+    dstamp(ds, 6);
+  }
+  if (stamper && p.trace) p.trace[p.nsteps] = globaltimer();
+  // no block leaves while another may still read its shared memory (the last exchange)
+  cluster_arrive();
+  cluster_wait();
+}
+
+// Instantiations are generated by the driver: cluster_q<Q>_r<RPC>.

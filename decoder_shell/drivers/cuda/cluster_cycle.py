@@ -1,0 +1,189 @@
+"""The cluster cycle: the whole cycle as one resident kernel of 16-block clusters (cluster_cycle.cu).
+
+One cluster per (emulated rank, row group) holds that chain for the whole launch: its blocks keep
+their lanes' stream values in shared memory from one boundary to the next, meet each other only
+through distributed shared memory behind a cluster barrier, and every cluster meets the others only
+at the all-reduces' joins (64-bit counters in device memory that only grow). The step table is the
+persistent cycle's (steps.py); buffers, poisoning and every check are the graph session's.
+
+What it needs, refused in one line otherwise: thread-block clusters of 16 (sm_90, non-portable
+size), a hidden size of 1024, 2048 or 4096, every step an mHC boundary whose residual, post and comb
+are the previous boundary's outputs or injected inputs (every geometry the synth presets make
+without MoE or fused norm), at most 8 rows a cluster, and a grid the device holds at once
+(cuOccupancyMaxActiveClusters); the kernel is launched only when every cluster fits.
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import MismatchError, UsageError
+from . import steps as S
+from .kernels import SOURCE, sinkhorn_flags
+from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin
+from .persistent import PERSISTENT_SOURCE, PersistentSession
+
+CLUSTER_SOURCE = Path(__file__).with_name("cluster_cycle.cu").read_text()
+CL_SIZE, THREADS = 16, 256
+#: Hidden sizes the kernel is built for (Q = D / 1024 lane steps of 4 streams each, in registers).
+HIDDEN = (1024, 2048, 4096)
+RPC_BUILDS = (1, 2, 4, 8)
+
+
+class CArgs(C.Structure):
+    _fields_ = [("steps", S.A.u64), ("nsteps", C.c_int), ("ranks", C.c_int), ("join", S.A.u64), ("err", S.A.u64),
+                ("timeout_ns", S.A.u64), ("trace", S.A.u64), ("detail", S.A.u64), ("tag", S.A.u64),
+                ("rank0", C.c_int), ("nlocal", C.c_int), ("groups", C.c_int), ("mode", C.c_int),
+                ("skip_step", C.c_int), ("pad_", C.c_int)]
+
+
+def source(q: int, rpc: int) -> tuple[str, str]:
+    entry = f"cluster_q{q}_r{rpc}"
+    wrapper = (f'extern "C" __global__ void __launch_bounds__({THREADS}, 1) {entry}(const CArgs p) '
+               f'{{ cluster_cycle<{q}, {rpc}>(p); }}\n')
+    return SOURCE + PERSISTENT_SOURCE + CLUSTER_SOURCE + wrapper, entry
+
+
+def check_cycle(cycle, plan) -> None:
+    """UsageError (one line) for a cycle the cluster kernel is not built for."""
+    g = cycle.geometry
+    if g.hidden not in HIDDEN:
+        raise UsageError(f"persistent-cluster cycle: built for hidden sizes {HIDDEN}, this cycle has {g.hidden} "
+                         "(use --cycle graph or persistent)")
+    for k, st in enumerate(plan):
+        c = cycle.commands[st.cmd]
+        if st.kind != "mhc":
+            raise UsageError(f"persistent-cluster cycle: {c.boundary.name} is an all-reduce no boundary folds in")
+        if c.op == "mhc_pre":
+            continue
+        if st.prev == k - 1 and k > 0:
+            prev = cycle.commands[plan[k - 1].cmd]
+            if prev.outputs.get("streams") == c.inputs.get("residual"):
+                continue
+        elif st.prev < 0 and all(cycle.buffers[c.inputs[n]].kind != "output" for n in ("residual", "post", "comb")):
+            continue
+        raise UsageError(f"persistent-cluster cycle: {c.boundary.name} reads outputs of a boundary other than the "
+                         "one before it (use --cycle persistent)")
+
+
+class ClusterSession(PersistentSession):
+    """The graph session's buffers, with one cluster-launched kernel instead of the graph."""
+
+    def _build_persistent(self, drv, fma, blocks, watchdog_ms, skip_step):
+        cu, cycle = self.cu, self.cycle
+        if self.rank is not None:
+            raise UsageError("persistent-cluster cycle: emulated ranks only (--placement emulated)")
+        if drv.sm < 90:
+            raise UsageError(f"persistent-cluster cycle: needs thread-block clusters (sm_90+); {drv.gpu} is {drv.arch}")
+        self.rank0, self.nlocal = 0, cycle.ranks
+        self.skip_step = skip_step
+        self.watchdog_ms = float(watchdog_ms or os.environ.get("DECODER_SHELL_CUDA_WATCHDOG_MS", 2000.0))
+        self.plan = S.plan(cycle)
+        check_cycle(cycle, self.plan)
+        self.broken, self.trace = "", False
+        rows = [cycle.geometry.phase(cycle.commands[st.cmd].boundary.phase).rows for st in self.plan]
+        q = cycle.geometry.hidden // 1024
+        # the most clusters the device holds at once decides the row groups per rank
+        probe = self._function(q, max(RPC_BUILDS), fma)
+        most = self._max_clusters(probe)
+        if most < cycle.ranks:
+            raise UsageError(f"persistent-cluster cycle: {drv.gpu} holds {most} clusters of {CL_SIZE} blocks at once; "
+                             f"{cycle.ranks} ranks need {cycle.ranks}")
+        env = int(os.environ.get("DECODER_SHELL_CUDA_CLUSTER_GROUPS", "0") or 0)
+        groups = env or max(1, min(max(rows), most // cycle.ranks))
+        if cycle.ranks * groups > most:
+            raise UsageError(f"persistent-cluster cycle: {cycle.ranks} ranks x {groups} row groups = "
+                             f"{cycle.ranks * groups} clusters; {drv.gpu} holds {most} at once")
+        per = -(-max(rows) // groups)
+        rpc = next((n for n in RPC_BUILDS if n >= per), None)
+        if rpc is None:
+            raise UsageError(f"persistent-cluster cycle: {max(rows)} rows over {groups} clusters a rank is "
+                             f"{per} rows a cluster; the kernel holds at most {max(RPC_BUILDS)}")
+        self.groups, self.rpc = groups, rpc
+        self.func = probe if rpc == max(RPC_BUILDS) else self._function(q, rpc, fma)
+        self.blocks = cycle.ranks * groups * CL_SIZE
+        table = S.encode(cycle, self.plan, self.addr, lambda r, i: 0)
+        self.table_ptr = self._alloc(C.sizeof(table))
+        cu.cuMemcpyHtoD(self.table_ptr, C.addressof(table), C.sizeof(table))
+        n = len(self.plan) + 1
+        self.detail_off = 256 + 8 * n
+        self.join_off = self.detail_off + 64 * n
+        ctl_bytes = self.join_off + 8 * len(self.plan)  # (unused), error, trace, detail, join counters
+        self.ctl = self._alloc(ctl_bytes)
+        cu.cuMemsetD8(self.ctl, 0, ctl_bytes)
+        self.ev_a, self.ev_b = cu.cuEventCreate(0), cu.cuEventCreate(0)
+
+    def _function(self, q: int, rpc: int, fma: bool):
+        src, entry = source(q, rpc)
+        flags = (*(FMA_FLAGS if fma else EXACT_FLAGS), *sinkhorn_flags())
+        mod = self.modules._load(compile_cubin(src, self.arch, flags, name="cluster_cycle.cu"))
+        func = self.cu.cuModuleGetFunction(mod, entry.encode())
+        attr = self.cu.bindings.CUfunction_attribute
+        self.cu.cuFuncSetAttribute(func, attr.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+        self.entry = entry
+        return func
+
+    def _config(self, grid: int):
+        b = self.cu.bindings
+        cfg = b.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = THREADS, 1, 1
+        cfg.sharedMemBytes = 0
+        cfg.hStream = self.stream
+        at = b.CUlaunchAttribute()
+        at.id = b.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        at.value.clusterDim.x, at.value.clusterDim.y, at.value.clusterDim.z = CL_SIZE, 1, 1
+        cfg.attrs = [at]
+        cfg.numAttrs = 1
+        return cfg
+
+    def _max_clusters(self, func) -> int:
+        return int(self.cu.cuOccupancyMaxActiveClusters(func, self._config(CL_SIZE * self.cycle.ranks)))
+
+    def _cargs(self, mode: int) -> CArgs:
+        p = CArgs()
+        p.steps, p.nsteps, p.ranks = self.table_ptr, len(self.plan), self.cycle.ranks
+        p.join, p.err = self.ctl + self.join_off, self.ctl + 64
+        p.timeout_ns = int(self.watchdog_ms * 1e6)
+        p.trace = self.ctl + 256 if self.trace else 0
+        p.detail = self.ctl + self.detail_off if self.trace else 0
+        p.tag = self.tag + 1
+        p.rank0, p.nlocal, p.groups = 0, self.cycle.ranks, self.groups
+        p.mode, p.skip_step = mode, self.skip_step
+        return p
+
+    def launch(self, mode: int = 0) -> float:
+        """One launch of every cluster; device ms between events around it. Raises after a watchdog stop."""
+        if self.broken:
+            raise MismatchError(self.broken)
+        cu = self.cu
+        p = self._cargs(mode)
+        params = (C.c_void_p * 1)(C.addressof(p))
+        cu.cuEventRecord(self.ev_a, self.stream)
+        cu.cuLaunchKernelEx(self._config(self.blocks), self.func, C.addressof(params), 0)
+        self.tag += 1  # every join counter grew by the grid's blocks
+        cu.cuEventRecord(self.ev_b, self.stream)
+        cu.cuStreamSynchronize(self.stream)
+        err = np.zeros(1, dtype=np.int32)
+        cu.cuMemcpyDtoH(err.ctypes.data, self.ctl + 64, 4)
+        if err[0]:
+            step = int(err[0]) - 1
+            self.broken = (f"persistent-cluster cycle: after step {step} ({self._step_name(step)}) a cluster waited "
+                           f"more than {self.watchdog_ms:g} ms for every rank's arrival ({self.blocks} blocks); "
+                           "the launch was ended by the watchdog")
+            raise MismatchError(self.broken)
+        return float(cu.cuEventElapsedTime(self.ev_a, self.ev_b))
+
+    def barrier_ms(self, reps: int = 20) -> float:
+        """Median launch time of the same grid doing only its synchronization (cluster barrier and
+        join of every step), per step."""
+        times = sorted(self.launch(mode=1) for _ in range(reps))
+        return times[len(times) // 2] / len(self.plan)
+
+    def describe_grid(self) -> dict:
+        return {"clusters": self.blocks // CL_SIZE, "cluster_size": CL_SIZE, "row_groups": self.groups,
+                "rows_per_cluster_build": self.rpc, "threads": THREADS, "entry": self.entry}

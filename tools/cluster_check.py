@@ -1,0 +1,188 @@
+"""On-device checks of the cluster cycle (`--cycle persistent-cluster`): exactness, the FMA build, the
+watchdog, and where the time goes. Prints a short table last; JSON with --json.
+
+1. random cycles the kernel is built for (hidden 1024/2048/4096, 1-8 ranks, 1-9 verify rows, 0-3
+   draft rows of either draft kind, bf16 or fp32 reduction, a random member of the ring family,
+   values over many magnitudes with special values), selected as the gate candidate
+   `cycle=persistent-cluster` and launched twice each; every element of every rank compared
+   bit-for-bit with the contracts;
+2. the same kernel built with FMA contraction must be caught;
+3. the watchdog: a cluster that never arrives at one join must end the launch with one line;
+4. where the time goes, dsv4-flash TP4 verify at each --profile-rows: the launch's time, per-step
+   stamps of cluster 0 block 0 (phase by phase: stream values, dot products, cluster barrier, exchange,
+   Sinkhorn, join), the same grid doing only its synchronization, and the HBM time of each step's
+   weights at the copy bandwidth measured in the same run.
+
+    python tools/cluster_check.py [--cases 12] [--seed 1] [--profile-rows 2 8] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from decoder_shell.commands.program import build_cycle, reference  # noqa: E402
+from decoder_shell.contracts.allreduce import RingContract  # noqa: E402
+from decoder_shell.corpus.synth import injected_values  # noqa: E402
+from decoder_shell.drivers import get_driver  # noqa: E402
+from decoder_shell.drivers.cuda.cluster_cycle import HIDDEN, ClusterSession  # noqa: E402
+from decoder_shell.drivers.cuda.steps import weight_bytes  # noqa: E402
+from decoder_shell.errors import MismatchError  # noqa: E402
+from decoder_shell.geometry import Geometry, preset  # noqa: E402
+from decoder_shell.replay.compare import compare_outputs  # noqa: E402
+from decoder_shell.replay.selfcheck import perturb, run_case  # noqa: E402
+
+FORM = "persistent-cluster"
+PHASES = ("stream values", "dot products", "cluster barrier", "exchange + mixes", "Sinkhorn / y + join",
+          "to next step")
+
+
+def random_cycle(rng):
+    g = Geometry(preset="random", hidden=int(rng.choice(HIDDEN)), layers=int(rng.integers(1, 4)),
+                 ranks=int(rng.integers(1, 9)), verify_rows=int(rng.integers(1, 10)),
+                 draft_rows=int(rng.integers(0, 4)), draft_kind=str(rng.choice(["mtp1", "dspark"])),
+                 reduce_dtype=str(rng.choice(["bfloat16", "float32"])))
+    c = RingContract(chunks_per_rank=int(rng.integers(1, 4)), max_chunk_bytes=int(rng.choice([0, 0, 64, 1000])),
+                     offset=int(rng.integers(-3, 4)), direction=int(rng.choice([1, -1])),
+                     accumulation=str(rng.choice(["hop", "fp32"])), segments=int(rng.integers(1, 4)))
+    return g, c
+
+
+def exactness(drv, cases: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {"cases": cases, "elements_compared": 0, "mismatching_elements": 0, "failures": []}
+    for k in range(cases):
+        g, c = random_cycle(rng)
+        cyc = build_cycle(g, c)
+        values = perturb(rng, injected_values(cyc, [seed, k]), cyc)
+        expected = reference(cyc, values)
+        n, bad = run_case(drv, cyc, values, {cmd.index: FORM for cmd in cyc.commands}, expected)
+        out["elements_compared"] += n
+        if bad:
+            out["mismatching_elements"] += sum(bad.values())
+            out["failures"].append({"case": k, "geometry": g.to_json(), "contract": c.to_json(),
+                                    "bad": dict(list(bad.items())[:8])})
+        print(f"case {k}: D={g.hidden} R={g.ranks} M={g.verify_rows}/{g.draft_rows} {g.reduce_dtype}: "
+              f"{n} elements, {sum(bad.values())} mismatching", flush=True)
+    out["failures"] = out["failures"][:6]
+    return out
+
+
+def loaded(drv, cyc, values, **kw):
+    s = ClusterSession(drv, cyc, **kw)
+    for r in range(cyc.ranks):
+        for bid, a in values[r].items():
+            s.write(r, bid, a)
+    return s
+
+
+def fma_caught(drv, seed: int) -> int:
+    g = Geometry(preset="random", hidden=4096, layers=1, ranks=2, verify_rows=2, draft_rows=0)
+    cyc = build_cycle(g, RingContract())
+    values = injected_values(cyc, [seed, 99999])
+    with loaded(drv, cyc, values, fma=True) as s:
+        s.poison()
+        s.run()
+        return sum(compare_outputs(s, cyc, reference(cyc, values)).per_rank)
+
+
+def watchdog(drv) -> str:
+    g = Geometry(preset="random", hidden=1024, layers=2, ranks=2, verify_rows=2, draft_rows=0)
+    cyc = build_cycle(g, RingContract())
+    with loaded(drv, cyc, injected_values(cyc, [5, 5]), skip_step=2, watchdog_ms=200) as s:
+        t0 = time.time()
+        try:
+            s.run()
+        except MismatchError as e:
+            return f"fired after {time.time() - t0:.2f} s: {e}"
+        return "did not fire"
+
+
+def copy_gbps(drv) -> float:
+    cu = drv.cu
+    n = 1 << 30
+    a, b = cu.cuMemAlloc(n), cu.cuMemAlloc(n)
+    try:
+        st = cu.cuStreamCreate(1)
+        e0, e1 = cu.cuEventCreate(0), cu.cuEventCreate(0)
+        cu.cuMemcpyDtoDAsync(b, a, n, st)
+        ts = []
+        for _ in range(10):
+            cu.cuEventRecord(e0, st)
+            cu.cuMemcpyDtoDAsync(b, a, n, st)
+            cu.cuEventRecord(e1, st)
+            cu.cuStreamSynchronize(st)
+            ts.append(cu.cuEventElapsedTime(e0, e1))
+        return 2 * n / (statistics.median(ts) * 1e-3) / 1e9
+    finally:
+        cu.cuMemFree(a)
+        cu.cuMemFree(b)
+
+
+def profile(drv, rows: int, tp: int, gbps: float, reps: int = 30) -> dict:
+    g = preset("dsv4-flash", tp=tp, verify_rows=rows, draft_rows=0)
+    cyc = build_cycle(g, RingContract())
+    values = injected_values(cyc, [7, rows])
+    with loaded(drv, cyc, values) as s:
+        for _ in range(5):
+            s.launch()
+        cycle_ms = statistics.median(s.launch() for _ in range(reps))
+        sync_step_us = s.barrier_ms(reps) * 1e3
+        d = s.step_detail().astype(np.int64)[:-1]
+        plan = s.plan
+        stamps = [d[:, k] for k in (0, 1, 2, 3, 4)] + [d[:, 6]]
+        nxt = np.append(d[1:, 0], d[-1, 6])
+        cols = [stamps[i + 1] - stamps[i] for i in range(5)] + [nxt - d[:, 6]]
+        body = slice(1, len(plan) - 1)  # post/pre boundaries (not the first and the head)
+        per_phase = {name: float(np.median(c[body])) / 1e3 for name, c in zip(PHASES, cols)}
+        sk = d[body, 5] - d[body, 4]
+        per_phase["(Sinkhorn warp alone)"] = float(np.median(sk)) / 1e3
+        hbm_us = [weight_bytes(cyc, st) / (gbps * 1e9) * 1e6 for st in plan]
+        return {"M": rows, "tp": tp, "cycle_ms": cycle_ms, "steps": len(plan), "grid": s.describe_grid(),
+                "step_us_median": float(np.median(np.diff(d[:, 0])[body])) / 1e3,
+                "sync_only_us_per_step": sync_step_us, "hbm_us_per_step": float(np.median(hbm_us)),
+                "phases_us": per_phase}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", type=int, default=12)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--profile-rows", type=int, nargs="*", default=[2, 8])
+    ap.add_argument("--tp", type=int, default=4)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    drv = get_driver("cuda", placement="emulated")
+    res = {"driver": drv.describe()}
+    res["exactness"] = exactness(drv, args.cases, args.seed)
+    res["fma_mismatches"] = fma_caught(drv, args.seed)
+    res["watchdog"] = watchdog(drv)
+    gbps = copy_gbps(drv)
+    res["copy_GBps"] = gbps
+    res["profile"] = [profile(drv, m, args.tp, gbps) for m in args.profile_rows]
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1))
+    e = res["exactness"]
+    print("| check | value |\n|---|---|")
+    print(f"| random cycles | {e['cases']} cases, {e['elements_compared']} elements, {e['mismatching_elements']} mismatching |")
+    print(f"| FMA build | {res['fma_mismatches']} mismatching (must be > 0) |")
+    print(f"| watchdog | {res['watchdog'][:160]} |")
+    print(f"| copy bandwidth | {gbps:.0f} GB/s |")
+    for p in res["profile"]:
+        ph = ", ".join(f"{k} {v:.2f}" for k, v in p["phases_us"].items())
+        print(f"| TP{p['tp']} M={p['M']} | cycle {p['cycle_ms']:.3f} ms, {p['steps']} steps, step {p['step_us_median']:.2f} us "
+              f"(sync only {p['sync_only_us_per_step']:.2f}, HBM {p['hbm_us_per_step']:.2f}); us: {ph}; {p['grid']} |")
+    ok = e["mismatching_elements"] == 0 and res["fma_mismatches"] > 0 and res["watchdog"].startswith("fired")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The cluster cycle on a GPU in one call: checks and profile (tools/cluster_check.py), the bench against the
+# graph path and the launch floor at TP4 M=1/2/4/8 and TP1 M=2, and a dsv4-flash TP4 draft + verify corpus
+# replayed through `shell replay --cycle persistent-cluster` beside the graph path. Everything lands in $OUT;
+# a summary table is printed last.   bash tools/gpu_cluster.sh [CASES] [EPOCHS]
+set -u
+OUT=${OUT:-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
+CASES=${1:-10}; EPOCHS=${2:-30}
+S="python3 -m decoder_shell.cli"
+summary=()
+run() {  # name timeout command...
+  local name=$1 t=$2; shift 2
+  local t0=$SECONDS
+  timeout "$t" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  summary+=("| $name | rc=$rc | $((SECONDS - t0)) s |")
+  tail -25 "$OUT/$name.log"
+}
+run check 240 python3 tools/cluster_check.py --cases "$CASES" --json "$OUT/check.json"
+run bench-tp4 200 python3 tools/bench_replay.py --rows 1 2 4 8 --epochs "$EPOCHS" --only-main --no-torch \
+  --persistent-cluster --json "$OUT/bench-tp4.json"
+run bench-tp1 60 python3 tools/bench_replay.py --tp 1 --rows 2 --epochs "$EPOCHS" --only-main --no-torch \
+  --persistent-cluster --json "$OUT/bench-tp1.json"
+T=$(mktemp -d)
+$S synth --preset dsv4-flash --tp 4 --verify-rows 2 --draft-rows 1 --out "$T/f4" -q >/dev/null 2>&1
+run replay-cluster 120 $S replay "$T/f4" --driver cuda --placement emulated --cycle persistent-cluster \
+  --epochs 70 --changed 16 -q --json-out "$OUT/replay-cluster.json"
+run replay-graph 120 $S replay "$T/f4" --driver cuda --placement emulated --epochs 70 --changed 16 -q
+printf '%s\n' "| stage | exit | time |" "|---|---|---|" "${summary[@]}"
