@@ -50,24 +50,58 @@ struct CArgs {
 
 __device__ __forceinline__ void bar_named(int id, int n) { asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory"); }
 
-// This block's weights of step `st` for rank r into registers: warp w's chains (see chain_of) for
-// the block's lanes L0 + 2*lane, +1, every lane step u (element i = lane + u * 1024).
+// Warp w's chains: i = 0..2 are outputs chain_of(w, i) - 1 (when <= nout), and warp 0 also sums squares.
 __device__ __forceinline__ int chain_of(int w, int i) { return w == 0 ? 8 * (i + 1) : w + 8 * i; }
 
+#ifndef CL_LOOKAHEAD
+#define CL_LOOKAHEAD 3  // steps ahead whose weights the copy engine prefetches into L2 (0: none)
+#endif
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(u64* bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(u64* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u64* bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done)
+    asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+
+// Warp w's weights of step `st` (rank r) into shared memory by the copy engine: for each of its
+// chains, the block's 64 lanes of every lane step u (256 contiguous bytes each) to wsm[o][u][.];
+// completion on the warp's own mbarrier. The bulk copies leave the SM's load queues to the loads and
+// shuffles of the critical path (per-thread loads of 96 KiB a block stalled everything behind them).
+// Returns whether the warp has anything to wait for.
 template <int Q>
-__device__ __forceinline__ void load_weights(const PStep& st, int r, int L0, float2 (&wt)[3][HC * Q]) {
+__device__ __forceinline__ bool fetch_weights(const PStep& st, int r, int L0, float* wsm, u64* bar) {
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int n = 0;
+#pragma unroll
+  for (int i = 0; i < 3; i++) n += chain_of(w, i) <= st.nout;
+  if (n == 0) return false;
   const float* fn = st.mh[r].fn;
   const int N = HC * Q * LANES;
-#pragma unroll
-  for (int i = 0; i < 3; i++) {
-    const int c = chain_of(w, i);
-    if (c <= st.nout) {
-#pragma unroll
-      for (int u = 0; u < HC * Q; u++)
-        wt[i][u] = __ldg(reinterpret_cast<const float2*>(fn + (size_t)(c - 1) * N + u * LANES + L0 + 2 * lane));
-    }
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the dot products' reads come first
+  if (lane == 0) mbar_expect(bar, n * HC * Q * CL_LANES * 4);
+  __syncwarp();
+  for (int k = lane; k < n * HC * Q; k += 32) {
+    const int o = chain_of(w, k / (HC * Q)) - 1, u = k % (HC * Q);
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(smem_addr(wsm + ((size_t)o * HC * Q + u) * CL_LANES)), "l"(fn + (size_t)o * N + u * LANES + L0),
+                    "r"(CL_LANES * 4), "r"(smem_addr(bar)) : "memory");
   }
+  return true;
+}
+
+// This block's 1/16 of rank r's weights of step `st` into L2 (one bulk prefetch by the copy engine).
+template <int Q>
+__device__ __forceinline__ void prefetch_l2(const PStep& st, int r, int b) {
+  const unsigned bytes = st.nout * HC * Q * LANES * 4 / CL_SIZE;
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"((const char*)st.mh[r].fn + (size_t)b * bytes), "r"(bytes) : "memory");
 }
 
 // The step's rows for cluster group g: [row0, row0 + n).
@@ -126,6 +160,8 @@ __device__ void cluster_cycle(const CArgs& p) {
   __shared__ float pc[RPC][HC + HC * HC];       // post, comb for the next step
   __shared__ float pre_s[RPC][HC];
   __shared__ MhcArgs args_s[2];                 // step s's arguments for this rank at [s & 1]
+  __shared__ u64 wbar[CL_WARPS];                // per warp: its weights of the step have landed
+  extern __shared__ __align__(128) float wsm[];  // [24][HC * Q][64]: this block's weights of the step
   const int t = threadIdx.x, w = t >> 5, lane = t & 31;
   const int b = (int)cluster_ctarank(), cid = blockIdx.x / CL_SIZE;
   const int r = p.rank0 + cid / p.groups, g = cid % p.groups;
@@ -134,7 +170,10 @@ __device__ void cluster_cycle(const CArgs& p) {
   const bool stamper = cid == 0 && b == 0 && t == 0;
   const bool skipper = cid == (int)gridDim.x / CL_SIZE - 1;
   const u64 target = p.tag * (u64)gridDim.x;
-  float2 wt[3][HC * Q];
+  unsigned wphase = 0;
+  bool wpending = false;
+  if (lane == 0) mbar_init(&wbar[w]);
+  __syncthreads();
 
   // prologue: step 0's arguments, x and weights
   {
@@ -144,8 +183,10 @@ __device__ void cluster_cycle(const CArgs& p) {
     int row0, nrows;
     rows_of(st.rows, p.groups, g, row0, nrows);
     if (work) {
+      wpending = fetch_weights<Q>(st, r, L0, wsm, &wbar[w]);
+      if (t == 0)
+        for (int k = 1; k < CL_LOOKAHEAD && k < p.nsteps; k++) prefetch_l2<Q>(p.steps[k], r, b);
       fold_x<Q, RPC>(args_s[0], st.fused, row0, nrows, L0, xs, 0, CL_THREADS);
-      load_weights<Q>(st, r, L0, wt);
     }
     __syncthreads();
   }
@@ -192,47 +233,57 @@ __device__ void cluster_cycle(const CArgs& p) {
     }
     __syncthreads();
     dstamp(ds, 1);
-    // A: dot products of the block's 64 lanes (two a thread), warp w's chains, then the 64-lane tree
+    // A: dot products of the block's 64 lanes (two a thread), warp w's chains over every row, then
+    // the 64-lane tree; the next step's weights are requested as soon as the warp's reads are done
     if (work) {
-      for (int mi = 0; mi < nrows; mi++) {
-        float a0[4], a1[4];
+      if (wpending) {
+        mbar_wait(&wbar[w], wphase);
+        wphase ^= 1;
+      }
+      float a0[RPC][4], a1[RPC][4];
 #pragma unroll
-        for (int i = 0; i < 4; i++) a0[i] = a1[i] = 0.0f;
+      for (int mi = 0; mi < RPC; mi++)
 #pragma unroll
-        for (int u = 0; u < HC * Q; u++) {
-          const float2 s2 = *reinterpret_cast<const float2*>(&sv[mi][u][2 * lane]);
+        for (int i = 0; i < 4; i++) a0[mi][i] = a1[mi][i] = 0.0f;
 #pragma unroll
-          for (int i = 0; i < 3; i++)
-            if (chain_of(w, i) <= nout) {
-              a0[i] = ADD(a0[i], MUL(s2.x, wt[i][u].x));
-              a1[i] = ADD(a1[i], MUL(s2.y, wt[i][u].y));
+      for (int u = 0; u < HC * Q; u++) {
+        float2 wv[3];
+#pragma unroll
+        for (int i = 0; i < 3; i++)
+          if (chain_of(w, i) <= nout)
+            wv[i] = *reinterpret_cast<const float2*>(&wsm[((size_t)(chain_of(w, i) - 1) * HC * Q + u) * CL_LANES + 2 * lane]);
+#pragma unroll
+        for (int mi = 0; mi < RPC; mi++) {
+          if (mi < nrows) {
+            const float2 s2 = *reinterpret_cast<const float2*>(&sv[mi][u][2 * lane]);
+#pragma unroll
+            for (int i = 0; i < 3; i++)
+              if (chain_of(w, i) <= nout) {
+                a0[mi][i] = ADD(a0[mi][i], MUL(s2.x, wv[i].x));
+                a1[mi][i] = ADD(a1[mi][i], MUL(s2.y, wv[i].y));
+              }
+            if (w == 0) {
+              a0[mi][3] = ADD(a0[mi][3], MUL(s2.x, s2.x));
+              a1[mi][3] = ADD(a1[mi][3], MUL(s2.y, s2.y));
             }
-          if (w == 0) {
-            a0[3] = ADD(a0[3], MUL(s2.x, s2.x));
-            a1[3] = ADD(a1[3], MUL(s2.y, s2.y));
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-          const int c = i < 3 ? chain_of(w, i) : 0;
-          if (i < 3 ? c <= nout : w == 0) {
-            float v = ADD(a0[i], a1[i]);  // lanes 2*lane, 2*lane+1: the tree's first level
-#pragma unroll
-            for (int off = 1; off < 32; off <<= 1) v = ADD(v, __shfl_down_sync(0xffffffffu, v, off));
-            if (lane == 0) part[buf][mi][c] = v;
           }
         }
       }
-      // the next step's weights into registers (they land during the exchange and the Sinkhorn), the
-      // one after into L2
-      if (s + 1 < p.nsteps) load_weights<Q>(p.steps[s + 1], r, L0, wt);
-      if (s + 2 < p.nsteps) {
-        const PStep& s2 = p.steps[s + 2];
-        const char* fn = (const char*)s2.mh[r].fn;
-        const int N = HC * Q * LANES;
-        for (int i = t; i < s2.nout * HC * Q * 2; i += CL_THREADS) {  // 2 lines of 128 B per (output, u)
-          const int o = i / (HC * Q * 2), u = (i / 2) % (HC * Q), h = i & 1;
-          asm volatile("prefetch.global.L2 [%0];" :: "l"(fn + ((size_t)o * N + u * LANES + L0) * 4 + h * 128));
+      wpending = s + 1 < p.nsteps && fetch_weights<Q>(p.steps[s + 1], r, L0, wsm, &wbar[w]);
+      if (CL_LOOKAHEAD > 0 && t == 0 && s + CL_LOOKAHEAD < p.nsteps) prefetch_l2<Q>(p.steps[s + CL_LOOKAHEAD], r, b);
+#pragma unroll
+      for (int mi = 0; mi < RPC; mi++) {
+        if (mi < nrows) {
+#pragma unroll
+          for (int i = 0; i < 4; i++) {
+            const int c = i < 3 ? chain_of(w, i) : 0;
+            if (i < 3 ? c <= nout : w == 0) {
+              float v = ADD(a0[mi][i], a1[mi][i]);  // lanes 2*lane, 2*lane+1: the tree's first level
+#pragma unroll
+              for (int off = 1; off < 32; off <<= 1) v = ADD(v, __shfl_down_sync(0xffffffffu, v, off));
+              if (lane == 0) part[buf][mi][c] = v;
+            }
+          }
         }
       }
     }

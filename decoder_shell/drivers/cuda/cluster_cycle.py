@@ -87,6 +87,7 @@ class ClusterSession(PersistentSession):
         self.broken, self.trace = "", False
         rows = [cycle.geometry.phase(cycle.commands[st.cmd].boundary.phase).rows for st in self.plan]
         q = cycle.geometry.hidden // 1024
+        self.dyn_smem = 24 * 4 * q * (1024 // CL_SIZE) * 4  # the block's weights of one step (wsm)
         # the most clusters the device holds at once decides the row groups per rank
         probe = self._function(q, max(RPC_BUILDS), fma)
         most = self._max_clusters(probe)
@@ -124,6 +125,7 @@ class ClusterSession(PersistentSession):
         func = self.cu.cuModuleGetFunction(mod, entry.encode())
         attr = self.cu.bindings.CUfunction_attribute
         self.cu.cuFuncSetAttribute(func, attr.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+        self.cu.cuFuncSetAttribute(func, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, self.dyn_smem)
         self.entry = entry
         return func
 
@@ -132,7 +134,7 @@ class ClusterSession(PersistentSession):
         cfg = b.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
         cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = THREADS, 1, 1
-        cfg.sharedMemBytes = 0
+        cfg.sharedMemBytes = self.dyn_smem
         cfg.hStream = self.stream
         at = b.CUlaunchAttribute()
         at.id = b.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
