@@ -18,21 +18,25 @@ run() {  # name timeout command...
   tail -12 "$OUT/$name.log"
 }
 run check 240 python3 tools/cluster_check.py --cases "$CASES" --json "$OUT/check.json"
+if [ "${QUICK:-0}" != 1 ]; then
 run bench-tp4 200 python3 tools/bench_replay.py --rows 1 2 4 8 --epochs "$EPOCHS" --only-main --no-torch \
   --persistent-cluster --json "$OUT/bench-tp4.json"
 run bench-tp1 60 python3 tools/bench_replay.py --tp 1 --rows 2 --epochs "$EPOCHS" --only-main --no-torch \
   --persistent-cluster --json "$OUT/bench-tp1.json"
+fi
 # tuning rows: row groups per rank (0: the driver's choice) and compile defines, profile only
 for v in ${VARIANTS:-}; do
   g=${v%%:*}; d=${v#*:}; [ "$d" = "$v" ] && d=""
   DECODER_SHELL_CUDA_CLUSTER_GROUPS=$g DECODER_SHELL_CUDA_DEFINES="${d//,/ }" run "profile-g$g-${d//[=,]/_}" 120 \
     python3 tools/cluster_check.py --cases 0 --profile-rows 2 8 --json "$OUT/profile-g$g-${d//[=,]/_}.json"
 done
+if [ "${QUICK:-0}" != 1 ]; then
 T=$(mktemp -d)
 $S synth --preset dsv4-flash --tp 4 --verify-rows 2 --draft-rows 1 --out "$T/f4" -q >/dev/null 2>&1
 run replay-cluster 120 $S replay "$T/f4" --driver cuda --placement emulated --cycle persistent-cluster \
   --epochs 70 --changed 16 -q --json-out "$OUT/replay-cluster.json"
 run replay-graph 120 $S replay "$T/f4" --driver cuda --placement emulated --epochs 70 --changed 16 -q
+fi
 printf '%s\n' "| stage | exit | time |" "|---|---|---|" "${summary[@]}"
 # one archive comes back (the device returns at most 8 files)
 tar czf /tmp/gpu_cluster.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/gpu_cluster.tgz "$OUT/gpu_cluster.tgz"

@@ -269,7 +269,11 @@ __device__ void cluster_cycle(const CArgs& p) {
           }
         }
       }
+#ifndef CL_NO_FETCH  // timing ablation: the first step's weights stay (inexact)
       wpending = s + 1 < p.nsteps && fetch_weights<Q>(p.steps[s + 1], r, L0, wsm, &wbar[w]);
+#else
+      wpending = false;
+#endif
       if (CL_LOOKAHEAD > 0 && t == 0 && s + CL_LOOKAHEAD < p.nsteps) prefetch_l2<Q>(p.steps[s + CL_LOOKAHEAD], r, b);
 #pragma unroll
       for (int mi = 0; mi < RPC; mi++) {
@@ -289,23 +293,42 @@ __device__ void cluster_cycle(const CArgs& p) {
     }
     dstamp(ds, 2);
     // X: every block's partials through distributed shared memory, the 16-block tree, the mixes
+#ifdef CL_RELAXED_ARRIVE  // timing ablation: no release at the cluster barrier (the exchange may then read stale partials)
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#else
     cluster_arrive();
+#endif
     cluster_wait();
     dstamp(ds, 3);
     if (work) {
+      // every distributed load first (they overlap), then the trees
+      constexpr int NP = (25 * RPC + CL_THREADS / 16 - 1) / (CL_THREADS / 16);
       const int npairs = nrows * (nout + 1), hw = t >> 4, j = t & 15;
       const float N = (float)(HC * A.D);
-      for (int base = 0; base < npairs; base += CL_THREADS / 16) {
-        const int pr = base + hw;
+      float v[NP], q[NP];
+#pragma unroll
+      for (int k = 0; k < NP; k++) {
+        const int pr = k * (CL_THREADS / 16) + hw;
         const bool valid = pr < npairs;
         const int mi = valid ? pr / (nout + 1) : 0, c = valid ? pr % (nout + 1) : 0;
-        float v = ld_dsmem(&part[buf][mi][c], j), q = ld_dsmem(&part[buf][mi][0], j);
-#pragma unroll
-        for (int off = 1; off < 16; off <<= 1) {
-          v = ADD(v, __shfl_down_sync(0xffffffffu, v, off, 16));
-          q = ADD(q, __shfl_down_sync(0xffffffffu, q, off, 16));
+        if (k * (CL_THREADS / 16) < npairs) {
+          v[k] = ld_dsmem(&part[buf][mi][c], j);
+          q[k] = ld_dsmem(&part[buf][mi][0], j);
         }
-        if (j == 0 && valid && c > 0) mix[mi][c - 1] = MUL(v, DIV(1.0f, SQRT(ADD(DIV(q, N), A.norm_eps))));
+      }
+#pragma unroll
+      for (int k = 0; k < NP; k++) {
+        if (k * (CL_THREADS / 16) < npairs) {  // uniform over the warp: its shuffles see every lane
+          const int pr = k * (CL_THREADS / 16) + hw;
+          float a = v[k], b2 = q[k];
+#pragma unroll
+          for (int off = 1; off < 16; off <<= 1) {
+            a = ADD(a, __shfl_down_sync(0xffffffffu, a, off, 16));
+            b2 = ADD(b2, __shfl_down_sync(0xffffffffu, b2, off, 16));
+          }
+          const int c = pr % (nout + 1);
+          if (j == 0 && pr < npairs && c > 0) mix[pr / (nout + 1)][c - 1] = MUL(a, DIV(1.0f, SQRT(ADD(DIV(b2, N), A.norm_eps))));
+        }
       }
     }
     __syncthreads();
@@ -346,13 +369,19 @@ __device__ void cluster_cycle(const CArgs& p) {
         }
       }
       bar_named(1, nh);  // every y of this block is stored before its arrival
+#ifdef CL_NO_JOIN  // timing ablation: clusters never wait for each other (the all-reduces lose their join)
+      if (false)
+#else
       if (ht == 0 && !(skipper && s == p.skip_step))
+#endif
         asm volatile("red.release.gpu.global.add.u64 [%0], %1;" :: "l"(p.join + s), "l"(1ull) : "memory");
       if (s + 1 < p.nsteps) {
         const PStep& nx = p.steps[s + 1];
         copy_args_range(&args_s[(s + 1) & 1], nx.mh[r], h0, nh);
         if (ht == 0) {
+#ifndef CL_NO_JOIN
           join_wait(p, p.join + s, target, s);
+#endif
           if (p.detail && cid == 0 && b == 0) p.detail[(size_t)s * 8 + 7] = globaltimer();  // join passed
         }
         bar_named(1, nh);

@@ -104,7 +104,7 @@ class ClusterSession(PersistentSession):
         if rpc is None:
             raise UsageError(f"persistent-cluster cycle: {max(rows)} rows over {groups} clusters a rank is "
                              f"{per} rows a cluster; the kernel holds at most {max(RPC_BUILDS)}")
-        self.groups, self.rpc = groups, rpc
+        self.groups, self.rpc, self.most = groups, rpc, most
         self.func = probe if rpc == max(RPC_BUILDS) else self._function(q, rpc, fma)
         self.blocks = cycle.ranks * groups * CL_SIZE
         table = S.encode(cycle, self.plan, self.addr, lambda r, i: 0)
@@ -188,4 +188,4 @@ class ClusterSession(PersistentSession):
 
     def describe_grid(self) -> dict:
         return {"clusters": self.blocks // CL_SIZE, "cluster_size": CL_SIZE, "row_groups": self.groups,
-                "rows_per_cluster_build": self.rpc, "threads": THREADS, "entry": self.entry}
+                "rows_per_cluster_build": self.rpc, "max_active_clusters": self.most, "threads": THREADS, "entry": self.entry}
