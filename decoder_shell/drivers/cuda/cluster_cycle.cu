@@ -77,13 +77,12 @@ __device__ __forceinline__ void mbar_wait(u64* bar, unsigned parity) {
 // shuffles of the critical path (per-thread loads of 96 KiB a block stalled everything behind them).
 // Returns whether the warp has anything to wait for.
 template <int Q>
-__device__ __forceinline__ bool fetch_weights(const PStep& st, int r, int L0, float* wsm, u64* bar) {
+__device__ __forceinline__ bool fetch_weights(const float* fn, int nout, int L0, float* wsm, u64* bar) {
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int n = 0;
 #pragma unroll
-  for (int i = 0; i < 3; i++) n += chain_of(w, i) <= st.nout;
+  for (int i = 0; i < 3; i++) n += chain_of(w, i) <= nout;
   if (n == 0) return false;
-  const float* fn = st.mh[r].fn;
   const int N = HC * Q * LANES;
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the dot products' reads come first
   if (lane == 0) mbar_expect(bar, n * HC * Q * CL_LANES * 4);
@@ -160,6 +159,7 @@ __device__ void cluster_cycle(const CArgs& p) {
   __shared__ float pc[RPC][HC + HC * HC];       // post, comb for the next step
   __shared__ float pre_s[RPC][HC];
   __shared__ MhcArgs args_s[2];                 // step s's arguments for this rank at [s & 1]
+  __shared__ int hdr_s[2][10];                  // step s's header (PStep's first ten ints) at [s & 1]
   __shared__ u64 wbar[CL_WARPS];                // per warp: its weights of the step have landed
   extern __shared__ __align__(128) float wsm[];  // [24][HC * Q][64]: this block's weights of the step
   const int t = threadIdx.x, w = t >> 5, lane = t & 31;
@@ -179,11 +179,12 @@ __device__ void cluster_cycle(const CArgs& p) {
   {
     const PStep& st = p.steps[0];
     copy_args_range(&args_s[0], st.mh[r], 0, CL_THREADS);
+    if (t < 10) hdr_s[0][t] = (&st.kind)[t];
     __syncthreads();
     int row0, nrows;
     rows_of(st.rows, p.groups, g, row0, nrows);
     if (work) {
-      wpending = fetch_weights<Q>(st, r, L0, wsm, &wbar[w]);
+      wpending = fetch_weights<Q>(st.mh[r].fn, st.nout, L0, wsm, &wbar[w]);
       if (t == 0)
         for (int k = 1; k < CL_LOOKAHEAD && k < p.nsteps; k++) prefetch_l2<Q>(p.steps[k], r, b);
       fold_x<Q, RPC>(args_s[0], st.fused, row0, nrows, L0, xs, 0, CL_THREADS);
@@ -191,12 +192,13 @@ __device__ void cluster_cycle(const CArgs& p) {
     __syncthreads();
   }
   for (int s = 0; s < p.nsteps; s++) {
-    const PStep& st = p.steps[s];
+    // the header from shared memory (copied during the step before): no global load at the step's start
+    const int* hd = hdr_s[s & 1];
     const MhcArgs& A = args_s[s & 1];
-    const int op = st.op, nout = st.nout, buf = s & 1;
-    const bool carried = st.prev == s - 1 && s > 0;
+    const int op = hd[1], nout = hd[3], buf = s & 1;
+    const bool carried = hd[6] == s - 1 && s > 0;
     int row0, nrows;
-    rows_of(st.rows, p.groups, g, row0, nrows);
+    rows_of(hd[5], p.groups, g, row0, nrows);
     if (stamper && p.trace) p.trace[s] = globaltimer();
     u64* ds = stamper && p.detail ? p.detail + (size_t)s * 8 : nullptr;
     dstamp(ds, 0);
@@ -236,6 +238,11 @@ __device__ void cluster_cycle(const CArgs& p) {
     // A: dot products of the block's 64 lanes (two a thread), warp w's chains over every row, then
     // the 64-lane tree; the next step's weights are requested as soon as the warp's reads are done
     if (work) {
+      // the next step's weight address and outputs, loaded now so that they are in registers when
+      // the fetch below is issued (a global load there would stall the warp before its trees)
+      const bool more = s + 1 < p.nsteps;
+      const float* nfn = more ? p.steps[s + 1].mh[r].fn : nullptr;
+      const int nnout = more ? p.steps[s + 1].nout : 0;
       if (wpending) {
         mbar_wait(&wbar[w], wphase);
         wphase ^= 1;
@@ -270,11 +277,10 @@ __device__ void cluster_cycle(const CArgs& p) {
         }
       }
 #ifndef CL_NO_FETCH  // timing ablation: the first step's weights stay (inexact)
-      wpending = s + 1 < p.nsteps && fetch_weights<Q>(p.steps[s + 1], r, L0, wsm, &wbar[w]);
+      wpending = more && fetch_weights<Q>(nfn, nnout, L0, wsm, &wbar[w]);
 #else
       wpending = false;
 #endif
-      if (CL_LOOKAHEAD > 0 && t == 0 && s + CL_LOOKAHEAD < p.nsteps) prefetch_l2<Q>(p.steps[s + CL_LOOKAHEAD], r, b);
 #pragma unroll
       for (int mi = 0; mi < RPC; mi++) {
         if (mi < nrows) {
@@ -378,6 +384,8 @@ __device__ void cluster_cycle(const CArgs& p) {
       if (s + 1 < p.nsteps) {
         const PStep& nx = p.steps[s + 1];
         copy_args_range(&args_s[(s + 1) & 1], nx.mh[r], h0, nh);
+        if (ht < 10) hdr_s[(s + 1) & 1][ht] = (&nx.kind)[ht];
+        if (CL_LOOKAHEAD > 0 && ht == 32 && s + CL_LOOKAHEAD < p.nsteps) prefetch_l2<Q>(p.steps[s + CL_LOOKAHEAD], r, b);
         if (ht == 0) {
 #ifndef CL_NO_JOIN
           join_wait(p, p.join + s, target, s);
