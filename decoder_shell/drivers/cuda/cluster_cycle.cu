@@ -46,6 +46,11 @@ struct CArgs {
   int mode;         // 0: the cycle; 1: synchronization only (cluster barriers and joins)
   int skip_step;    // watchdog test: the last cluster never arrives at join `skip_step` (-1: never)
   int pad_;
+  const u64* tmaps;                // [nsteps][ranks][16]: each step's weights as a 2-D tensor map (rows o*4Q+u)
+  const unsigned char* order;      // the all-reduces' first rank per element (contracts.allreduce.rank_order)
+  const long long* order_off;      // [nsteps]: where step s's [rows * D] bytes start in `order`
+  int box_rows;                    // rows of one tensor-map box (the weights come in nout*4Q / box_rows boxes)
+  int pad2_;
 };
 
 __device__ __forceinline__ void bar_named(int id, int n) { asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory"); }
@@ -71,29 +76,21 @@ __device__ __forceinline__ void mbar_wait(u64* bar, unsigned parity) {
                  : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
 }
 
-// Warp w's weights of step `st` (rank r) into shared memory by the copy engine: for each of its
-// chains, the block's 64 lanes of every lane step u (256 contiguous bytes each) to wsm[o][u][.];
-// completion on the warp's own mbarrier. The bulk copies leave the SM's load queues to the loads and
-// shuffles of the critical path (per-thread loads of 96 KiB a block stalled everything behind them).
-// Returns whether the warp has anything to wait for.
+// This block's weights of step s (rank r) into shared memory by the copy engine: the step's tensor map
+// views fn [nout][4Q*1024] as rows o*4Q+u of 1024 lanes, and each box is box_rows rows of the block's 64
+// lanes, landing as wsm[o][u][64]; completion on the block's mbarrier. One thread issues nout*4Q/box_rows
+// copies (per-lane bulk copies were issued one lane at a time through uniform registers, ~500
+// instructions a warp a step on the critical path; per-thread loads of 96 KiB stalled it behind them).
 template <int Q>
-__device__ __forceinline__ bool fetch_weights(const float* fn, int nout, int L0, float* wsm, u64* bar) {
-  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int n = 0;
-#pragma unroll
-  for (int i = 0; i < 3; i++) n += chain_of(w, i) <= nout;
-  if (n == 0) return false;
-  const int N = HC * Q * LANES;
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the dot products' reads come first
-  if (lane == 0) mbar_expect(bar, n * HC * Q * CL_LANES * 4);
-  __syncwarp();
-  for (int k = lane; k < n * HC * Q; k += 32) {
-    const int o = chain_of(w, k / (HC * Q)) - 1, u = k % (HC * Q);
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(smem_addr(wsm + ((size_t)o * HC * Q + u) * CL_LANES)), "l"(fn + (size_t)o * N + u * LANES + L0),
-                    "r"(CL_LANES * 4), "r"(smem_addr(bar)) : "memory");
-  }
-  return true;
+__device__ __forceinline__ void fetch_weights(const CArgs& p, int s, int nout, int r, int L0, float* wsm, u64* bar) {
+  const unsigned char* tm = (const unsigned char*)(p.tmaps + ((size_t)s * p.ranks + r) * 16);
+  const int rows = nout * HC * Q, boxes = (rows + p.box_rows - 1) / p.box_rows;
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // every warp's reads of wsm came first
+  mbar_expect(bar, rows * CL_LANES * 4);
+  for (int k = 0; k < boxes; k++)
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+                 :: "r"(smem_addr(wsm + (size_t)k * p.box_rows * CL_LANES)), "l"(tm), "r"(L0), "r"(k * p.box_rows),
+                    "r"(smem_addr(bar)) : "memory");
 }
 
 // This block's 1/16 of rank r's weights of step `st` into L2 (one bulk prefetch by the copy engine).
@@ -123,17 +120,38 @@ __device__ __forceinline__ void join_wait(const CArgs& p, const u64* c, u64 targ
 }
 
 // x of step s for this block's columns of its rows: the all-reduce folded (every rank's partial read
-// in the contract's order, the output written) or read from the buffer; threads [t0, t0 + nt).
+// in the contract's order, starting from the rank the host took from contracts.allreduce.rank_order, the
+// same steps and roundings as ring_fold_loaded; the output written) or read from the buffer; threads
+// [t0, t0 + nt).
 template <int Q, int RPC>
-__device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, int row0, int nrows, int L0, float (*xs)[Q][CL_LANES],
-                                       int t0, int nt) {
+__device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, const unsigned char* first, int row0, int nrows,
+                                       int L0, float (*xs)[Q][CL_LANES], int t0, int nt) {
+  const Ring& c = a.ring;
   for (int i = threadIdx.x - t0; i < nrows * Q * CL_LANES; i += nt) {
     const int mi = i / (Q * CL_LANES), q = (i / CL_LANES) % Q, l = i % CL_LANES;
     const int e = (row0 + mi) * a.D + L0 + l + q * LANES;
     float x;
     if (fused) {
-      x = ring_fold(a.peers, a.ring, e);
-      st(a.ar_out, e, x, a.ring.is_bf16);
+      float v[MAXR];
+      int rr = first[e];
+#pragma unroll
+      for (int k = 0; k < MAXR; k++) {
+        if (k < c.ranks) {
+          v[k] = ld(a.peers[rr], e, c.is_bf16);
+          rr += c.dir;
+          rr = rr == c.ranks ? 0 : rr < 0 ? c.ranks - 1 : rr;
+        }
+      }
+      x = v[0];
+#pragma unroll
+      for (int k = 1; k < MAXR; k++) {
+        if (k < c.ranks) {
+          x = ADD(x, v[k]);
+          if (c.hop && c.is_bf16) x = round_bf(x);
+        }
+      }
+      if (c.is_bf16) x = round_bf(x);
+      st(a.ar_out, e, x, c.is_bf16);
     } else {
       x = ld(a.x, e, a.x_is_bf16);
     }
@@ -160,7 +178,7 @@ __device__ void cluster_cycle(const CArgs& p) {
   __shared__ float pre_s[RPC][HC];
   __shared__ MhcArgs args_s[2];                 // step s's arguments for this rank at [s & 1]
   __shared__ int hdr_s[2][10];                  // step s's header (PStep's first ten ints) at [s & 1]
-  __shared__ u64 wbar[CL_WARPS];                // per warp: its weights of the step have landed
+  __shared__ u64 wbar;                          // the block's weights of the step have landed
   extern __shared__ __align__(128) float wsm[];  // [24][HC * Q][64]: this block's weights of the step
   const int t = threadIdx.x, w = t >> 5, lane = t & 31;
   const int b = (int)cluster_ctarank(), cid = blockIdx.x / CL_SIZE;
@@ -172,7 +190,7 @@ __device__ void cluster_cycle(const CArgs& p) {
   const u64 target = p.tag * (u64)gridDim.x;
   unsigned wphase = 0;
   bool wpending = false;
-  if (lane == 0) mbar_init(&wbar[w]);
+  if (t == 0) mbar_init(&wbar);
   __syncthreads();
 
   // prologue: step 0's arguments, x and weights
@@ -184,10 +202,11 @@ __device__ void cluster_cycle(const CArgs& p) {
     int row0, nrows;
     rows_of(st.rows, p.groups, g, row0, nrows);
     if (work) {
-      wpending = fetch_weights<Q>(st.mh[r].fn, st.nout, L0, wsm, &wbar[w]);
+      if (t == 0) fetch_weights<Q>(p, 0, st.nout, r, L0, wsm, &wbar);
+      wpending = true;
       if (t == 0)
         for (int k = 1; k < CL_LOOKAHEAD && k < p.nsteps; k++) prefetch_l2<Q>(p.steps[k], r, b);
-      fold_x<Q, RPC>(args_s[0], st.fused, row0, nrows, L0, xs, 0, CL_THREADS);
+      fold_x<Q, RPC>(args_s[0], st.fused, p.order + p.order_off[0], row0, nrows, L0, xs, 0, CL_THREADS);
     }
     __syncthreads();
   }
@@ -197,6 +216,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     const MhcArgs& A = args_s[s & 1];
     const int op = hd[1], nout = hd[3], buf = s & 1;
     const bool carried = hd[6] == s - 1 && s > 0;
+    const int nxt_nout = s + 1 < p.nsteps && t == 0 ? p.steps[s + 1].nout : 0;  // (thread 0 issues the fetch)
     int row0, nrows;
     rows_of(hd[5], p.groups, g, row0, nrows);
     if (stamper && p.trace) p.trace[s] = globaltimer();
@@ -238,13 +258,8 @@ __device__ void cluster_cycle(const CArgs& p) {
     // A: dot products of the block's 64 lanes (two a thread), warp w's chains over every row, then
     // the 64-lane tree; the next step's weights are requested as soon as the warp's reads are done
     if (work) {
-      // the next step's weight address and outputs, loaded now so that they are in registers when
-      // the fetch below is issued (a global load there would stall the warp before its trees)
-      const bool more = s + 1 < p.nsteps;
-      const float* nfn = more ? p.steps[s + 1].mh[r].fn : nullptr;
-      const int nnout = more ? p.steps[s + 1].nout : 0;
       if (wpending) {
-        mbar_wait(&wbar[w], wphase);
+        mbar_wait(&wbar, wphase);
         wphase ^= 1;
       }
       float a0[RPC][4], a1[RPC][4];
@@ -276,11 +291,7 @@ __device__ void cluster_cycle(const CArgs& p) {
           }
         }
       }
-#ifndef CL_NO_FETCH  // timing ablation: the first step's weights stay (inexact)
-      wpending = more && fetch_weights<Q>(nfn, nnout, L0, wsm, &wbar[w]);
-#else
-      wpending = false;
-#endif
+
 #pragma unroll
       for (int mi = 0; mi < RPC; mi++) {
         if (mi < nrows) {
@@ -306,36 +317,41 @@ __device__ void cluster_cycle(const CArgs& p) {
 #endif
     cluster_wait();
     dstamp(ds, 3);
+    // every warp of this block is past its dot products: the next step's weights may land in wsm
+#ifndef CL_NO_FETCH  // timing ablation: the first step's weights stay (inexact)
+    wpending = work && s + 1 < p.nsteps;
+    if (wpending && t == 0) fetch_weights<Q>(p, s + 1, nxt_nout, r, L0, wsm, &wbar);
+#else
+    wpending = false;
+#endif
     if (work) {
-      // every distributed load first (they overlap), then the trees
-      constexpr int NP = (25 * RPC + CL_THREADS / 16 - 1) / (CL_THREADS / 16);
-      const int npairs = nrows * (nout + 1), hw = t >> 4, j = t & 15;
+      // a thread per (row, output): the 16 blocks' partials of the output and of the sum of squares
+      // loaded at once (distributed shared memory), the 16-block adjacent-pair tree in registers
+      const int npairs = nrows * (nout + 1);
       const float N = (float)(HC * A.D);
-      float v[NP], q[NP];
+      if (t < npairs) {
+        const int mi = t / (nout + 1), c = t % (nout + 1);
+        float v[CL_SIZE], q[CL_SIZE];
 #pragma unroll
-      for (int k = 0; k < NP; k++) {
-        const int pr = k * (CL_THREADS / 16) + hw;
-        const bool valid = pr < npairs;
-        const int mi = valid ? pr / (nout + 1) : 0, c = valid ? pr % (nout + 1) : 0;
-        if (k * (CL_THREADS / 16) < npairs) {
-          v[k] = ld_dsmem(&part[buf][mi][c], j);
-          q[k] = ld_dsmem(&part[buf][mi][0], j);
+        for (int j = 0; j < CL_SIZE; j++) {
+          v[j] = ld_dsmem(&part[buf][mi][c], j);
+          q[j] = ld_dsmem(&part[buf][mi][0], j);
         }
-      }
 #pragma unroll
-      for (int k = 0; k < NP; k++) {
-        if (k * (CL_THREADS / 16) < npairs) {  // uniform over the warp: its shuffles see every lane
-          const int pr = k * (CL_THREADS / 16) + hw;
-          float a = v[k], b2 = q[k];
+        for (int step = 1; step < CL_SIZE; step <<= 1)
 #pragma unroll
-          for (int off = 1; off < 16; off <<= 1) {
-            a = ADD(a, __shfl_down_sync(0xffffffffu, a, off, 16));
-            b2 = ADD(b2, __shfl_down_sync(0xffffffffu, b2, off, 16));
+          for (int j = 0; j < CL_SIZE; j += 2 * step) {
+            v[j] = ADD(v[j], v[j + step]);
+            q[j] = ADD(q[j], q[j + step]);
           }
-          const int c = pr % (nout + 1);
-          if (j == 0 && pr < npairs && c > 0) mix[pr / (nout + 1)][c - 1] = MUL(a, DIV(1.0f, SQRT(ADD(DIV(b2, N), A.norm_eps))));
-        }
+        if (c > 0) mix[mi][c - 1] = MUL(v[0], DIV(1.0f, SQRT(ADD(DIV(q[0], N), A.norm_eps))));
       }
+    }
+    // the next step's arguments and header (helpers read them in B; every thread in C)
+    if (s + 1 < p.nsteps) {
+      const PStep& nx = p.steps[s + 1];
+      copy_args_range(&args_s[(s + 1) & 1], nx.mh[r], 0, CL_THREADS);
+      if (t < 10) hdr_s[(s + 1) & 1][t] = (&nx.kind)[t];
     }
     __syncthreads();
     dstamp(ds, 4);
@@ -382,9 +398,7 @@ __device__ void cluster_cycle(const CArgs& p) {
 #endif
         asm volatile("red.release.gpu.global.add.u64 [%0], %1;" :: "l"(p.join + s), "l"(1ull) : "memory");
       if (s + 1 < p.nsteps) {
-        const PStep& nx = p.steps[s + 1];
-        copy_args_range(&args_s[(s + 1) & 1], nx.mh[r], h0, nh);
-        if (ht < 10) hdr_s[(s + 1) & 1][ht] = (&nx.kind)[ht];
+        const int* nh_ = hdr_s[(s + 1) & 1];  // the next step's header (copied in X)
         if (CL_LOOKAHEAD > 0 && ht == 32 && s + CL_LOOKAHEAD < p.nsteps) prefetch_l2<Q>(p.steps[s + CL_LOOKAHEAD], r, b);
         if (ht == 0) {
 #ifndef CL_NO_JOIN
@@ -395,8 +409,8 @@ __device__ void cluster_cycle(const CArgs& p) {
         bar_named(1, nh);
         if (work) {
           int nrow0, nn;
-          rows_of(nx.rows, p.groups, g, nrow0, nn);
-          fold_x<Q, RPC>(args_s[(s + 1) & 1], nx.fused, nrow0, nn, L0, xs, h0, nh);
+          rows_of(nh_[5], p.groups, g, nrow0, nn);
+          fold_x<Q, RPC>(args_s[(s + 1) & 1], nh_[2], p.order + p.order_off[s + 1], nrow0, nn, L0, xs, h0, nh);
         }
       }
     }

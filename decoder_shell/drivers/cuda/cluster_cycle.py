@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...contracts.allreduce import rank_order
 from ...errors import MismatchError, UsageError
 from . import steps as S
 from .kernels import SOURCE, sinkhorn_flags
@@ -38,7 +39,8 @@ class CArgs(C.Structure):
     _fields_ = [("steps", S.A.u64), ("nsteps", C.c_int), ("ranks", C.c_int), ("join", S.A.u64), ("err", S.A.u64),
                 ("timeout_ns", S.A.u64), ("trace", S.A.u64), ("detail", S.A.u64), ("tag", S.A.u64),
                 ("rank0", C.c_int), ("nlocal", C.c_int), ("groups", C.c_int), ("mode", C.c_int),
-                ("skip_step", C.c_int), ("pad_", C.c_int)]
+                ("skip_step", C.c_int), ("pad_", C.c_int), ("tmaps", S.A.u64), ("order", S.A.u64),
+                ("order_off", S.A.u64), ("box_rows", C.c_int), ("pad2_", C.c_int)]
 
 
 def source(q: int, rpc: int) -> tuple[str, str]:
@@ -110,6 +112,7 @@ class ClusterSession(PersistentSession):
         table = S.encode(cycle, self.plan, self.addr, lambda r, i: 0)
         self.table_ptr = self._alloc(C.sizeof(table))
         cu.cuMemcpyHtoD(self.table_ptr, C.addressof(table), C.sizeof(table))
+        self._tables(table, q)
         n = len(self.plan) + 1
         self.detail_off = 256 + 8 * n
         self.join_off = self.detail_off + 64 * n
@@ -117,6 +120,46 @@ class ClusterSession(PersistentSession):
         self.ctl = self._alloc(ctl_bytes)
         cu.cuMemsetD8(self.ctl, 0, ctl_bytes)
         self.ev_a, self.ev_b = cu.cuEventCreate(0), cu.cuEventCreate(0)
+
+    def _tables(self, table, q: int):
+        """Device tables the kernel reads: one 2-D tensor map per (step, rank) over its weights (rows
+        o*4Q + u of 1024 lanes, boxes of box_rows rows x 64 lanes), and per step the first rank of every
+        element's all-reduce fold (contracts.allreduce.rank_order, the contract itself)."""
+        cu, b, cycle = self.cu, self.cu.bindings, self.cycle
+        R = cycle.ranks
+        self.box_rows = min(24 * 4 * q, 192)
+        maps = np.zeros((len(self.plan), R, 16), dtype=np.uint64)
+        for k, st in enumerate(self.plan):
+            rows = table[k].nout * 4 * q
+            for r in range(R):
+                tm = cu.cuTensorMapEncodeTiled(
+                    b.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, table[k].mh[r].fn,
+                    [b.cuuint64_t(1024), b.cuuint64_t(rows)], [b.cuuint64_t(1024 * 4)],
+                    [b.cuuint32_t(1024 // CL_SIZE), b.cuuint32_t(min(self.box_rows, rows))], [b.cuuint32_t(1), b.cuuint32_t(1)],
+                    b.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, b.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+                    b.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    b.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+                maps[k, r] = [int(x) for x in tm.opaque]
+        self.maps_ptr = self._alloc(maps.nbytes)
+        cu.cuMemcpyHtoD(self.maps_ptr, maps.ctypes.data, maps.nbytes)
+        firsts, offs, seen, at = [], [], {}, 0
+        for k, st in enumerate(self.plan):
+            rows = table[k].rows
+            key = (rows, bool(table[k].mh[0].ring.is_bf16))
+            if key not in seen and table[k].fused:
+                n = rows * cycle.geometry.hidden
+                first = rank_order(cycle.contract, n, R, 2 if key[1] else 4)[0].astype(np.uint8)
+                seen[key] = at
+                firsts.append(first)
+                at += -(-first.size // 256) * 256
+                firsts.append(np.zeros(at - sum(f.size for f in firsts), dtype=np.uint8))
+            offs.append(seen.get(key, 0))
+        blob = np.concatenate(firsts) if firsts else np.zeros(256, dtype=np.uint8)
+        self.order_ptr = self._alloc(max(blob.nbytes, 256))
+        cu.cuMemcpyHtoD(self.order_ptr, blob.ctypes.data, blob.nbytes)
+        off = np.array(offs, dtype=np.int64)
+        self.order_off_ptr = self._alloc(off.nbytes)
+        cu.cuMemcpyHtoD(self.order_off_ptr, off.ctypes.data, off.nbytes)
 
     def _function(self, q: int, rpc: int, fma: bool):
         src, entry = source(q, rpc)
@@ -156,6 +199,7 @@ class ClusterSession(PersistentSession):
         p.tag = self.tag + 1
         p.rank0, p.nlocal, p.groups = 0, self.cycle.ranks, self.groups
         p.mode, p.skip_step = mode, self.skip_step
+        p.tmaps, p.order, p.order_off, p.box_rows = self.maps_ptr, self.order_ptr, self.order_off_ptr, self.box_rows
         return p
 
     def launch(self, mode: int = 0) -> float:
