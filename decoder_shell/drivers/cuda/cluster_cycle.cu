@@ -126,37 +126,62 @@ __device__ __forceinline__ void join_wait(const CArgs& p, const u64* c, u64 targ
 template <int Q, int RPC>
 __device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, const unsigned char* first, int row0, int nrows,
                                        int L0, float (*xs)[Q][CL_LANES], int t0, int nt) {
+  constexpr int B = 4;  // elements a thread folds at once: their loads are all in flight together
   const Ring& c = a.ring;
-  for (int i = threadIdx.x - t0; i < nrows * Q * CL_LANES; i += nt) {
-    const int mi = i / (Q * CL_LANES), q = (i / CL_LANES) % Q, l = i % CL_LANES;
-    const int e = (row0 + mi) * a.D + L0 + l + q * LANES;
-    float x;
-    if (fused) {
-      float v[MAXR];
-      int rr = first[e];
+  const int n = nrows * Q * CL_LANES;
+  for (int i0 = threadIdx.x - t0; i0 < n; i0 += B * nt) {
+    int e[B];
+    float v[B][MAXR];
 #pragma unroll
-      for (int k = 0; k < MAXR; k++) {
-        if (k < c.ranks) {
-          v[k] = ld(a.peers[rr], e, c.is_bf16);
-          rr += c.dir;
-          rr = rr == c.ranks ? 0 : rr < 0 ? c.ranks - 1 : rr;
-        }
-      }
-      x = v[0];
+    for (int k = 0; k < B; k++) {
+      const int i = i0 + k * nt;
+      const int mi = i / (Q * CL_LANES), q = (i / CL_LANES) % Q, l = i % CL_LANES;
+      e[k] = i < n ? (row0 + mi) * a.D + L0 + l + q * LANES : -1;
+      if (e[k] < 0) continue;
+      if (fused) {
+        int rr = first[e[k]];
 #pragma unroll
-      for (int k = 1; k < MAXR; k++) {
-        if (k < c.ranks) {
-          x = ADD(x, v[k]);
-          if (c.hop && c.is_bf16) x = round_bf(x);
+        for (int t = 0; t < MAXR; t++) {
+          if (t < c.ranks) {
+            v[k][t] = ld(a.peers[rr], e[k], c.is_bf16);
+            rr += c.dir;
+            rr = rr == c.ranks ? 0 : rr < 0 ? c.ranks - 1 : rr;
+          }
         }
+      } else {
+        v[k][0] = ld(a.x, e[k], a.x_is_bf16);
       }
-      if (c.is_bf16) x = round_bf(x);
-      st(a.ar_out, e, x, c.is_bf16);
-    } else {
-      x = ld(a.x, e, a.x_is_bf16);
     }
-    xs[mi][q][l] = x;
+#pragma unroll
+    for (int k = 0; k < B; k++) {
+      if (e[k] < 0) continue;
+      float x = v[k][0];
+      if (fused) {
+#pragma unroll
+        for (int t = 1; t < MAXR; t++) {
+          if (t < c.ranks) {
+            x = ADD(x, v[k][t]);
+            if (c.hop && c.is_bf16) x = round_bf(x);
+          }
+        }
+        if (c.is_bf16) x = round_bf(x);
+        st(a.ar_out, e[k], x, c.is_bf16);
+      }
+      const int i = i0 + k * nt;
+      xs[i / (Q * CL_LANES)][(i / CL_LANES) % Q][i % CL_LANES] = x;
+    }
   }
+}
+
+// The partial sums the next step's all-reduce folds, for this cluster's rows, into L2 (bulk prefetches
+// by the copy engine): a partial reaches its reader from L2, as one a producer has just written would.
+__device__ __forceinline__ void prefetch_partials(const MhcArgs& a, int fused, int row0, int nrows) {
+  if (!fused || nrows <= 0) return;
+  const int isz = a.ring.is_bf16 ? 2 : 4;
+  const unsigned bytes = (unsigned)(nrows * a.D * isz) & ~15u;
+  for (int q = 0; q < a.ring.ranks && bytes; q++)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"((const char*)a.peers[q] + (size_t)row0 * a.D * isz),
+                 "r"(bytes) : "memory");
 }
 
 __device__ __forceinline__ void copy_args_range(MhcArgs* dst, const MhcArgs& src, int t0, int nt) {
@@ -399,6 +424,11 @@ __device__ void cluster_cycle(const CArgs& p) {
         asm volatile("red.release.gpu.global.add.u64 [%0], %1;" :: "l"(p.join + s), "l"(1ull) : "memory");
       if (s + 1 < p.nsteps) {
         const int* nh_ = hdr_s[(s + 1) & 1];  // the next step's header (copied in X)
+        if (work && ht == 33 && b == 0) {
+          int pr0, pn;
+          rows_of(nh_[5], p.groups, g, pr0, pn);
+          prefetch_partials(args_s[(s + 1) & 1], nh_[2], pr0, pn);
+        }
         if (CL_LOOKAHEAD > 0 && ht == 32 && s + CL_LOOKAHEAD < p.nsteps) prefetch_l2<Q>(p.steps[s + CL_LOOKAHEAD], r, b);
         if (ht == 0) {
 #ifndef CL_NO_JOIN

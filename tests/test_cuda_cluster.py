@@ -1,0 +1,121 @@
+"""The cluster cycle (`--cycle persistent-cluster`, drivers/cuda/cluster_cycle.*) on the CPU: every kernel
+instance builds for sm_90 with its argument struct laid out as the ctypes mirror says (no spills), the
+fold order the kernel walks is the contract's for every member of the ring family, the cycles it is built
+for are taken and the others refused in one line, and the selector takes the whole cycle. On a GPU: random
+cycles bit-exact and the FMA build caught (tools/cluster_check.py runs more; docs/BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+import ctypes as C
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from decoder_shell.commands.program import build_cycle
+from decoder_shell.contracts.allreduce import RingContract, rank_order
+from decoder_shell.drivers.cuda import steps as S
+from decoder_shell.drivers.cuda.cluster_cycle import HIDDEN, RPC_BUILDS, CArgs, check_cycle, source
+from decoder_shell.errors import UsageError
+from decoder_shell.geometry import Geometry, preset
+
+
+def _layout_asserts() -> str:
+    out = [f"static_assert(sizeof(CArgs) == {C.sizeof(CArgs)}, \"CArgs size\");"]
+    for f, _ in CArgs._fields_:
+        out.append(f"static_assert(offsetof(CArgs, {f}) == {getattr(CArgs, f).offset}, \"CArgs.{f}\");")
+    out.append(f"static_assert(sizeof(PStep) == {C.sizeof(S.PStep)}, \"PStep size\");")
+    return "#define offsetof(t, f) __builtin_offsetof(t, f)\n" + "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("q,rpc", [(4, r) for r in RPC_BUILDS] + [(1, 1), (2, 8)])
+def test_every_instance_builds_for_sm90_without_spills_and_with_matching_layout(q, rpc, tmp_path, monkeypatch):
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
+    from decoder_shell.drivers.cuda.nvrtc import ptxas_report
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    src, entry = source(q, rpc)
+    rep = ptxas_report(src + _layout_asserts(), "sm_90", name="cluster_cycle.cu")[entry]
+    assert rep["spill_stores"] == 0 and rep["spill_loads"] == 0 and rep["stack"] == 0, rep
+    assert rep["registers"] <= 255 and rep["smem"] < 48 * 1024, rep  # static; the weights are dynamic
+
+
+def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
+    from decoder_shell.drivers.cuda.nvrtc import FMA_FLAGS, compile_cubin
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    src, entry = source(4, 2)
+    assert entry.encode() in compile_cubin(src, "sm_90", FMA_FLAGS, name="cluster_cycle.cu")
+
+
+@settings(max_examples=200, deadline=None)
+@given(cpr=st.integers(1, 3), cap=st.sampled_from([0, 0, 64, 1000]), offset=st.integers(-3, 3),
+       direction=st.sampled_from([1, -1]), segments=st.integers(1, 3), ranks=st.integers(1, 8),
+       n=st.integers(1, 5000), bf16=st.booleans())
+def test_the_kernel_walk_from_the_first_rank_is_the_contract_order(cpr, cap, offset, direction, segments, ranks, n,
+                                                                   bf16):
+    """fold_x reads rank_order's first rank per element from the host table and steps by `direction`
+    with wrap-around: that walk must give every later row of the contract's order."""
+    c = RingContract(chunks_per_rank=cpr, max_chunk_bytes=cap, offset=offset, direction=direction, segments=segments)
+    order = rank_order(c, n, ranks, 2 if bf16 else 4)
+    first = order[0].astype(np.uint8)
+    walk = [first.astype(np.int64)]
+    for _ in range(1, ranks):
+        r = walk[-1] + direction
+        walk.append(np.where(r == ranks, 0, np.where(r < 0, ranks - 1, r)))
+    np.testing.assert_array_equal(np.stack(walk), order)
+
+
+@pytest.mark.parametrize("hidden", HIDDEN)
+def test_cycles_of_every_built_hidden_size_and_both_draft_kinds_are_taken(hidden):
+    for kind in ("mtp1", "dspark"):
+        cyc = build_cycle(Geometry(preset="t", hidden=hidden, layers=2, ranks=3, verify_rows=5, draft_rows=2,
+                                   draft_kind=kind), RingContract())
+        check_cycle(cyc, S.plan(cyc))
+    cyc = build_cycle(preset("dsv4-flash", tp=4, verify_rows=2, draft_rows=1), RingContract())
+    check_cycle(cyc, S.plan(cyc))
+
+
+def test_other_hidden_sizes_and_unlinked_boundaries_are_refused_in_one_line():
+    cyc = build_cycle(Geometry(preset="t", hidden=64, layers=1, ranks=2, verify_rows=2, draft_rows=1), RingContract())
+    with pytest.raises(UsageError, match="hidden sizes") as e:
+        check_cycle(cyc, S.plan(cyc))
+    assert "\n" not in str(e.value)
+    cyc = build_cycle(Geometry(preset="t", hidden=1024, layers=2, ranks=2, verify_rows=2, draft_rows=0), RingContract())
+    # a boundary whose residual is an older boundary's streams (not the one before it)
+    i = [c.index for c in cyc.commands if c.op == "mhc_post_pre"][1]
+    first = next(c for c in cyc.commands if c.op == "mhc_pre")
+    c = cyc.commands[i]
+    cyc.commands[i] = type(c)(c.index, c.boundary, {**c.inputs, "residual": first.outputs["streams"]}, c.outputs)
+    with pytest.raises(UsageError, match="reads outputs of a boundary other than the one before it"):
+        check_cycle(cyc, S.plan(cyc))
+
+
+def test_the_selector_takes_the_whole_cycle():
+    from decoder_shell.drivers.cuda import PERSISTENT_VARIANTS, persistent_form
+    from decoder_shell.replay.candidates import make_plan
+    cyc = build_cycle(Geometry(preset="t", hidden=1024, layers=1, ranks=2, verify_rows=2, draft_rows=1), RingContract())
+    plan = make_plan(cyc, ["cycle=persistent-cluster"])
+    assert "persistent-cluster" in PERSISTENT_VARIANTS
+    assert persistent_form(cyc, plan.variants, "graph") == "persistent-cluster"
+    with pytest.raises(UsageError, match="replaces every command"):
+        persistent_form(cyc, {0: "persistent-cluster"}, "graph")
+
+
+@pytest.mark.gpu
+def test_random_cycles_bit_exact_and_fma_caught_on_gpu():
+    import sys
+    from pathlib import Path
+    from decoder_shell.drivers import get_driver
+    from decoder_shell.errors import DriverUnavailable
+    try:
+        drv = get_driver("cuda", placement="emulated")
+    except DriverUnavailable as e:
+        pytest.skip(f"no CUDA GPU here: {e}")
+    if drv.sm < 90:
+        pytest.skip(f"the cluster cycle needs sm_90 ({drv.arch} here)")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import cluster_check
+    out = cluster_check.exactness(drv, 3, 20261201)
+    assert out["elements_compared"] > 0 and out["mismatching_elements"] == 0, out["failures"]
+    assert cluster_check.fma_caught(drv, 3) > 0
