@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from decoder_shell.commands.program import build_cycle, reference  # noqa: E402
 from decoder_shell.contracts.allreduce import RingContract  # noqa: E402
@@ -39,6 +40,7 @@ from decoder_shell.errors import MismatchError  # noqa: E402
 from decoder_shell.geometry import Geometry, preset  # noqa: E402
 from decoder_shell.replay.compare import compare_outputs  # noqa: E402
 from decoder_shell.replay.selfcheck import perturb, run_case  # noqa: E402
+from persistent_profile import hbm_bandwidth  # noqa: E402
 
 FORM = "persistent-cluster"
 PHASES = ("stream values", "dot products", "cluster barrier", "exchange + mixes", "Sinkhorn / y + join",
@@ -106,32 +108,12 @@ def watchdog(drv) -> str:
         return "did not fire"
 
 
-def copy_gbps(drv) -> float:
-    cu = drv.cu
-    n = 1 << 30
-    a, b = cu.cuMemAlloc(n), cu.cuMemAlloc(n)
-    try:
-        st = cu.cuStreamCreate(1)
-        e0, e1 = cu.cuEventCreate(0), cu.cuEventCreate(0)
-        cu.cuMemcpyDtoDAsync(b, a, n, st)
-        ts = []
-        for _ in range(10):
-            cu.cuEventRecord(e0, st)
-            cu.cuMemcpyDtoDAsync(b, a, n, st)
-            cu.cuEventRecord(e1, st)
-            cu.cuStreamSynchronize(st)
-            ts.append(cu.cuEventElapsedTime(e0, e1))
-        return 2 * n / (statistics.median(ts) * 1e-3) / 1e9
-    finally:
-        cu.cuMemFree(a)
-        cu.cuMemFree(b)
-
-
-def profile(drv, rows: int, tp: int, gbps: float, reps: int = 30) -> dict:
+def profile(drv, rows: int, tp: int, reps: int = 30) -> dict:
     g = preset("dsv4-flash", tp=tp, verify_rows=rows, draft_rows=0)
     cyc = build_cycle(g, RingContract())
     values = injected_values(cyc, [7, rows])
     with loaded(drv, cyc, values) as s:
+        gbps = hbm_bandwidth(s) / 1e6  # bytes per ms -> GB/s
         for _ in range(5):
             s.launch()
         cycle_ms = statistics.median(s.launch() for _ in range(reps))
@@ -149,7 +131,7 @@ def profile(drv, rows: int, tp: int, gbps: float, reps: int = 30) -> dict:
         return {"M": rows, "tp": tp, "cycle_ms": cycle_ms, "steps": len(plan), "grid": s.describe_grid(),
                 "step_us_median": float(np.median(np.diff(d[:, 0])[body])) / 1e3,
                 "sync_only_us_per_step": sync_step_us, "hbm_us_per_step": float(np.median(hbm_us)),
-                "phases_us": per_phase}
+                "phases_us": per_phase, "copy_GBps": gbps}
 
 
 def main():
@@ -165,9 +147,7 @@ def main():
     res["exactness"] = exactness(drv, args.cases, args.seed)
     res["fma_mismatches"] = fma_caught(drv, args.seed)
     res["watchdog"] = watchdog(drv)
-    gbps = copy_gbps(drv)
-    res["copy_GBps"] = gbps
-    res["profile"] = [profile(drv, m, args.tp, gbps) for m in args.profile_rows]
+    res["profile"] = [profile(drv, m, args.tp) for m in args.profile_rows]
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))
     e = res["exactness"]
@@ -175,11 +155,10 @@ def main():
     print(f"| random cycles | {e['cases']} cases, {e['elements_compared']} elements, {e['mismatching_elements']} mismatching |")
     print(f"| FMA build | {res['fma_mismatches']} mismatching (must be > 0) |")
     print(f"| watchdog | {res['watchdog'][:160]} |")
-    print(f"| copy bandwidth | {gbps:.0f} GB/s |")
     for p in res["profile"]:
         ph = ", ".join(f"{k} {v:.2f}" for k, v in p["phases_us"].items())
         print(f"| TP{p['tp']} M={p['M']} | cycle {p['cycle_ms']:.3f} ms, {p['steps']} steps, step {p['step_us_median']:.2f} us "
-              f"(sync only {p['sync_only_us_per_step']:.2f}, HBM {p['hbm_us_per_step']:.2f}); us: {ph}; {p['grid']} |")
+              f"(sync only {p['sync_only_us_per_step']:.2f}, HBM {p['hbm_us_per_step']:.2f} at {p['copy_GBps']:.0f} GB/s); us: {ph}; {p['grid']} |")
     ok = e["mismatching_elements"] == 0 and res["fma_mismatches"] > 0 and res["watchdog"].startswith("fired")
     return 0 if ok else 1
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ...contracts.allreduce import rank_order
-from ...errors import MismatchError, UsageError
+from ...errors import UsageError
 from . import steps as S
 from .kernels import SOURCE, sinkhorn_flags
 from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin
@@ -189,7 +189,7 @@ class ClusterSession(PersistentSession):
     def _max_clusters(self, func) -> int:
         return int(self.cu.cuOccupancyMaxActiveClusters(func, self._config(CL_SIZE * self.cycle.ranks)))
 
-    def _cargs(self, mode: int) -> CArgs:
+    def _args(self, mode: int = 0) -> CArgs:
         p = CArgs()
         p.steps, p.nsteps, p.ranks = self.table_ptr, len(self.plan), self.cycle.ranks
         p.join, p.err = self.ctl + self.join_off, self.ctl + 64
@@ -202,27 +202,14 @@ class ClusterSession(PersistentSession):
         p.tmaps, p.order, p.order_off, p.box_rows = self.maps_ptr, self.order_ptr, self.order_off_ptr, self.box_rows
         return p
 
-    def launch(self, mode: int = 0) -> float:
-        """One launch of every cluster; device ms between events around it. Raises after a watchdog stop."""
-        if self.broken:
-            raise MismatchError(self.broken)
-        cu = self.cu
-        p = self._cargs(mode)
-        params = (C.c_void_p * 1)(C.addressof(p))
-        cu.cuEventRecord(self.ev_a, self.stream)
-        cu.cuLaunchKernelEx(self._config(self.blocks), self.func, C.addressof(params), 0)
+    def _start(self, p, params) -> None:
+        self.cu.cuLaunchKernelEx(self._config(self.blocks), self.func, C.addressof(params), 0)
         self.tag += 1  # every join counter grew by the grid's blocks
-        cu.cuEventRecord(self.ev_b, self.stream)
-        cu.cuStreamSynchronize(self.stream)
-        err = np.zeros(1, dtype=np.int32)
-        cu.cuMemcpyDtoH(err.ctypes.data, self.ctl + 64, 4)
-        if err[0]:
-            step = int(err[0]) - 1
-            self.broken = (f"persistent-cluster cycle: after step {step} ({self._step_name(step)}) a cluster waited "
-                           f"more than {self.watchdog_ms:g} ms for every rank's arrival ({self.blocks} blocks); "
-                           "the launch was ended by the watchdog")
-            raise MismatchError(self.broken)
-        return float(cu.cuEventElapsedTime(self.ev_a, self.ev_b))
+
+    def _stopped(self, step: int) -> str:
+        return (f"persistent-cluster cycle: after step {step} ({self._step_name(step)}) a cluster waited more than "
+                f"{self.watchdog_ms:g} ms for every rank's arrival ({self.blocks} blocks); the launch was ended by "
+                "the watchdog")
 
     def barrier_ms(self, reps: int = 20) -> float:
         """Median launch time of the same grid doing only its synchronization (cluster barrier and

@@ -154,23 +154,31 @@ class PersistentSession(CudaSession):
         p = self._args(mode)
         params = (C.c_void_p * 1)(C.addressof(p))
         cu.cuEventRecord(self.ev_a, self.stream)
-        cu.cuLaunchCooperativeKernel(self.func, self.blocks, 1, 1, S.BLOCK, 1, 1, 0, self.stream, C.addressof(params))
-        if p.sync:
-            self.tag += 1  # every row counter grew by its units: the next launch waits for the next multiple
+        self._start(p, params)
         cu.cuEventRecord(self.ev_b, self.stream)
         cu.cuStreamSynchronize(self.stream)
         err = np.zeros(1, dtype=np.int32)
         cu.cuMemcpyDtoH(err.ctypes.data, self.ctl + 64, 4)
         if err[0]:
-            step = int(err[0]) - 1
-            done = np.zeros(1, dtype=np.uint64)
-            cu.cuMemcpyDtoH(done.ctypes.data, self.ctl, 8)
-            who = "" if self.rank is None else f"rank {self.rank}: "
-            self.broken = (f"{who}persistent cycle: step {step} ({self._step_name(step)}) waited more than "
-                           f"{self.watchdog_ms:g} ms for the grid barrier or a rank's arrival (barrier count "
-                           f"{int(done[0])}, {self.blocks} blocks); the launch was ended by the watchdog")
+            self.broken = self._stopped(int(err[0]) - 1)
             raise MismatchError(self.broken)
         return float(cu.cuEventElapsedTime(self.ev_a, self.ev_b))
+
+    def _start(self, p, params) -> None:
+        """The launch itself (between the events)."""
+        self.cu.cuLaunchCooperativeKernel(self.func, self.blocks, 1, 1, S.BLOCK, 1, 1, 0, self.stream,
+                                          C.addressof(params))
+        if p.sync:
+            self.tag += 1  # every row counter grew by its units: the next launch waits for the next multiple
+
+    def _stopped(self, step: int) -> str:
+        """The one line of a launch the watchdog ended at `step`."""
+        done = np.zeros(1, dtype=np.uint64)
+        self.cu.cuMemcpyDtoH(done.ctypes.data, self.ctl, 8)
+        who = "" if self.rank is None else f"rank {self.rank}: "
+        return (f"{who}persistent cycle: step {step} ({self._step_name(step)}) waited more than "
+                f"{self.watchdog_ms:g} ms for the grid barrier or a rank's arrival (barrier count "
+                f"{int(done[0])}, {self.blocks} blocks); the launch was ended by the watchdog")
 
     def _step_name(self, k: int) -> str:
         if not 0 <= k < len(self.plan):
