@@ -6,14 +6,15 @@ phase (the DESIGN.md 9 table's work). Every side runs the same cycle: per rank, 
 the R partials, each boundary runs hc_post + hc_pre (transformers-style math on the torch side).
 Also measured: the launch floor (the same graph with every command an empty kernel), the baseline
 without programmatic dependent launch (plain graph edges), the fused variants, and the persistent
-cycle (one resident cooperative kernel, `--persistent`). The production peer (`--vllm-src PATH`, the
+cycle (one resident cooperative kernel, `--persistent`) and the cluster cycle (one kernel of 16-block clusters,
+`--persistent-cluster`). The production peer (`--vllm-src PATH`, the
 folder holding vLLM's `vllm/` sources): the same cycle with vLLM's own mHC kernels in one torch CUDA
 graph (tools/vllm_peer.py; its Triton path always, TileLang where the tilelang wheel is installed),
 with its mismatching elements against the contracts. `--torch-compile M ...`: the torch cycle with its mHC
 functions through torch.compile (inductor), in one CUDA graph, at those M. All times: CUDA events, warm-up first, medians
 over epochs, slowest rank; ratios last.
 
-    python tools/bench_replay.py [--rows 1 2 4 8] [--tp 4] [--epochs 50] [--persistent]
+    python tools/bench_replay.py [--rows 1 2 4 8] [--tp 4] [--epochs 50] [--persistent] [--persistent-cluster]
                                  [--sinkhorn-forms regs regs-shared]
                                  [--vllm-src /path/to/vllm-src] [--torch-compile 2 8] [--only-main]
                                  [--json out.json]
