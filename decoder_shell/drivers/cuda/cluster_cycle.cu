@@ -9,16 +9,17 @@
 // the stream values it makes at one boundary are the residual it reads at the next (kept in shared
 // memory, never re-read), its partial dot products meet the other 15 blocks' through distributed
 // shared memory behind one cluster barrier (no grid-wide barrier, no L2 round trip), and every block
-// then finishes the mixes and the Sinkhorn itself. The next boundary's weights are loaded into
-// registers right after a block's dot products, so they land during the exchange and the Sinkhorn.
+// then finishes the mixes and the Sinkhorn itself. The next boundary's weights are requested (one
+// tensor-map copy into shared memory) as soon as every warp is past its dot products, so they land
+// during the exchange and the Sinkhorn.
 //
 // Per step s (one mHC boundary; its all-reduce folded in), every block:
 //   C  stream values of s for its lanes from x (folded during B(s-1)), the residual (its own shared
 //      memory) and post/comb (made in B(s-1)); streams written;
 //   A  the lanes' dot products of the 24 (head: 4) outputs and the sum of squares, the 64-lane tree
-//      in each warp, the block's partials into shared memory; the weights of s+1 requested;
-//   X  cluster barrier; every block reads all 16 blocks' partials (distributed shared memory) and
-//      finishes the 16-block tree: the mixes of its rows;
+//      in each warp, the block's partials into shared memory;
+//   X  cluster barrier, the weights of s+1 requested; every block reads all 16 blocks' partials
+//      (distributed shared memory) and finishes the 16-block tree: the mixes of its rows;
 //   B  warps 0..: Sinkhorn (two rows a warp) -> post/comb of s+1; the other warps: pre and the
 //      collapse y of its columns, an arrival on the step's join counter, then (after every block of
 //      every rank arrived: the all-reduce's join) the fold of s+1's all-reduce for its columns.
@@ -107,23 +108,11 @@ __device__ __forceinline__ void rows_of(int rows, int groups, int g, int& row0, 
   n = max(0, min(rows - row0, per));
 }
 
-// Wait until the step's join counter reaches `target`, or the watchdog fires (err set); once err is
-// set anywhere every wait returns at once. One thread calls it.
-__device__ __forceinline__ void join_wait(const CArgs& p, const u64* c, u64 target, int s) {
-  const u64 t0 = globaltimer();
-  for (unsigned n = 0; ld_relaxed(c) < target; n++) {
-    if ((n & 7) != 7) continue;
-    if (*(volatile int*)p.err) break;
-    if (globaltimer() - t0 > p.timeout_ns) { atomicCAS(p.err, 0, s + 1); break; }
-  }
-  asm volatile("fence.acq_rel.gpu;" ::: "memory");
-}
-
 // x of step s for this block's columns of its rows: the all-reduce folded (every rank's partial read
 // in the contract's order, starting from the rank the host took from contracts.allreduce.rank_order, the
-// same steps and roundings as ring_fold_loaded; the output written) or read from the buffer; threads
+// same additions and roundings: ring_fold_ordered; the output written) or read from the buffer; threads
 // [t0, t0 + nt).
-template <int Q, int RPC>
+template <int Q>
 __device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, const unsigned char* first, int row0, int nrows,
                                        int L0, float (*xs)[Q][CL_LANES], int t0, int nt) {
   constexpr int B = 4;  // elements a thread folds at once: their loads are all in flight together
@@ -157,14 +146,7 @@ __device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, const unsign
       if (e[k] < 0) continue;
       float x = v[k][0];
       if (fused) {
-#pragma unroll
-        for (int t = 1; t < MAXR; t++) {
-          if (t < c.ranks) {
-            x = ADD(x, v[k][t]);
-            if (c.hop && c.is_bf16) x = round_bf(x);
-          }
-        }
-        if (c.is_bf16) x = round_bf(x);
+        x = ring_fold_ordered(v[k], c);
         st(a.ar_out, e[k], x, c.is_bf16);
       }
       const int i = i0 + k * nt;
@@ -182,11 +164,6 @@ __device__ __forceinline__ void prefetch_partials(const MhcArgs& a, int fused, i
   for (int q = 0; q < a.ring.ranks && bytes; q++)
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"((const char*)a.peers[q] + (size_t)row0 * a.D * isz),
                  "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void copy_args_range(MhcArgs* dst, const MhcArgs& src, int t0, int nt) {
-  constexpr int W = sizeof(MhcArgs) / 8;
-  for (int i = threadIdx.x - t0; i < W; i += nt) reinterpret_cast<u64*>(dst)[i] = reinterpret_cast<const u64*>(&src)[i];
 }
 
 __device__ __forceinline__ void dstamp(u64* st, int k) {
@@ -231,7 +208,7 @@ __device__ void cluster_cycle(const CArgs& p) {
       wpending = true;
       if (t == 0)
         for (int k = 1; k < CL_LOOKAHEAD && k < p.nsteps; k++) prefetch_l2<Q>(p.steps[k], r, b);
-      fold_x<Q, RPC>(args_s[0], st.fused, p.order + p.order_off[0], row0, nrows, L0, xs, 0, CL_THREADS);
+      fold_x<Q>(args_s[0], st.fused, p.order + p.order_off[0], row0, nrows, L0, xs, 0, CL_THREADS);
     }
     __syncthreads();
   }
@@ -424,23 +401,19 @@ __device__ void cluster_cycle(const CArgs& p) {
         asm volatile("red.release.gpu.global.add.u64 [%0], %1;" :: "l"(p.join + s), "l"(1ull) : "memory");
       if (s + 1 < p.nsteps) {
         const int* nh_ = hdr_s[(s + 1) & 1];  // the next step's header (copied in X)
-        if (work && ht == 33 && b == 0) {
-          int pr0, pn;
-          rows_of(nh_[5], p.groups, g, pr0, pn);
-          prefetch_partials(args_s[(s + 1) & 1], nh_[2], pr0, pn);
-        }
+        int nrow0, nn;
+        rows_of(nh_[5], p.groups, g, nrow0, nn);
+        if (work && ht == 33 && b == 0) prefetch_partials(args_s[(s + 1) & 1], nh_[2], nrow0, nn);
         if (CL_LOOKAHEAD > 0 && ht == 32 && s + CL_LOOKAHEAD < p.nsteps) prefetch_l2<Q>(p.steps[s + CL_LOOKAHEAD], r, b);
         if (ht == 0) {
 #ifndef CL_NO_JOIN
-          join_wait(p, p.join + s, target, s);
+          poll_at_least(p.join + s, target, p.err, p.timeout_ns, s);  // every block of every rank arrived
 #endif
           if (p.detail && cid == 0 && b == 0) p.detail[(size_t)s * 8 + 7] = globaltimer();  // join passed
         }
         bar_named(1, nh);
         if (work) {
-          int nrow0, nn;
-          rows_of(nh_[5], p.groups, g, nrow0, nn);
-          fold_x<Q, RPC>(args_s[(s + 1) & 1], nh_[2], p.order + p.order_off[s + 1], nrow0, nn, L0, xs, h0, nh);
+          fold_x<Q>(args_s[(s + 1) & 1], nh_[2], p.order + p.order_off[s + 1], nrow0, nn, L0, xs, h0, nh);
         }
       }
     }

@@ -129,7 +129,7 @@ class ClusterSession(PersistentSession):
         R = cycle.ranks
         self.box_rows = min(24 * 4 * q, 192)
         maps = np.zeros((len(self.plan), R, 16), dtype=np.uint64)
-        for k, st in enumerate(self.plan):
+        for k in range(len(self.plan)):
             rows = table[k].nout * 4 * q
             for r in range(R):
                 tm = cu.cuTensorMapEncodeTiled(
@@ -142,18 +142,14 @@ class ClusterSession(PersistentSession):
                 maps[k, r] = [int(x) for x in tm.opaque]
         self.maps_ptr = self._alloc(maps.nbytes)
         cu.cuMemcpyHtoD(self.maps_ptr, maps.ctypes.data, maps.nbytes)
-        firsts, offs, seen, at = [], [], {}, 0
-        for k, st in enumerate(self.plan):
-            rows = table[k].rows
-            key = (rows, bool(table[k].mh[0].ring.is_bf16))
-            if key not in seen and table[k].fused:
-                n = rows * cycle.geometry.hidden
-                first = rank_order(cycle.contract, n, R, 2 if key[1] else 4)[0].astype(np.uint8)
-                seen[key] = at
-                firsts.append(first)
-                at += -(-first.size // 256) * 256
-                firsts.append(np.zeros(at - sum(f.size for f in firsts), dtype=np.uint8))
-            offs.append(seen.get(key, 0))
+        firsts, offs, seen = [], [], {}  # one table per (rows, dtype): the steps of a phase share it
+        for k in range(len(self.plan)):
+            rows, bf16 = table[k].rows, bool(table[k].mh[0].ring.is_bf16)
+            if table[k].fused and (rows, bf16) not in seen:
+                seen[rows, bf16] = sum(f.size for f in firsts)
+                first = rank_order(cycle.contract, rows * cycle.geometry.hidden, R, 2 if bf16 else 4)[0]
+                firsts.append(np.pad(first.astype(np.uint8), (0, -first.size % 256)))
+            offs.append(seen.get((rows, bf16), 0))
         blob = np.concatenate(firsts) if firsts else np.zeros(256, dtype=np.uint8)
         self.order_ptr = self._alloc(max(blob.nbytes, 256))
         cu.cuMemcpyHtoD(self.order_ptr, blob.ctypes.data, blob.nbytes)

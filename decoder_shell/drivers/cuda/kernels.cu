@@ -163,6 +163,19 @@ __device__ __forceinline__ void ring_load(const void* const* in, const Ring& c, 
 #pragma unroll
   for (int q = 0; q < MAXR; q++) v[q] = q < c.ranks ? ld(in[q], e, c.is_bf16) : 0.0f;
 }
+// One step of the fold: add the next rank's value; hop accumulation rounds to the data dtype each step.
+__device__ __forceinline__ float fold_step(float acc, float x, const Ring& c) {
+  acc = ADD(acc, x);
+  return c.hop && c.is_bf16 ? round_bf(acc) : acc;
+}
+// The fold on the R values already in the contract's order (v[t]: the rank added at step t).
+__device__ __forceinline__ float ring_fold_ordered(const float (&v)[MAXR], const Ring& c) {
+  float acc = v[0];
+#pragma unroll
+  for (int t = 1; t < MAXR; t++)
+    if (t < c.ranks) acc = fold_step(acc, v[t], c);
+  return c.is_bf16 ? round_bf(acc) : acc;
+}
 __device__ __forceinline__ float ring_fold_loaded(const float (&v)[MAXR], const Ring& c, int e) {
   // step t folds rank (start + t * dir) mod R: dir is +1 or -1, so r walks by one and wraps
   int r = pmod(ring_owner(c, e) + c.offset, c.ranks);
@@ -177,12 +190,7 @@ __device__ __forceinline__ float ring_fold_loaded(const float (&v)[MAXR], const 
       float x = v[0];
 #pragma unroll
       for (int q = 1; q < MAXR; q++) x = q == r ? v[q] : x;
-      if (t == 0) {
-        acc = x;
-      } else {
-        acc = ADD(acc, x);
-        if (c.hop && c.is_bf16) acc = round_bf(acc);
-      }
+      acc = t == 0 ? x : fold_step(acc, x, c);
     }
   }
   return c.is_bf16 ? round_bf(acc) : acc;

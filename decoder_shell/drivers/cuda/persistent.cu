@@ -79,6 +79,22 @@ __device__ __forceinline__ u64 ld_relaxed_sys(const u64* p) {
   return v;
 }
 
+// Poll `c` (relaxed loads) until it reaches `target`; false when err is set or `timeout_ns` passes (err
+// then set to step + 1). Ends with one fence: the fence-based acquire of the PTX memory model (an
+// acquire load per poll would also drop this SM's L1 for the blocks still working beside this one).
+// One thread calls it.
+__device__ __forceinline__ bool poll_at_least(const u64* c, u64 target, int* err, u64 timeout_ns, int step) {
+  const u64 t0 = globaltimer();
+  bool ok = true;
+  for (unsigned n = 0; ld_relaxed(c) < target; n++) {
+    if ((n & 7) != 7) continue;
+    if (*(volatile int*)err) { ok = false; break; }
+    if (globaltimer() - t0 > timeout_ns) { atomicCAS(err, 0, step + 1); ok = false; break; }
+  }
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  return ok;
+}
+
 // Grid barrier: every block arrives once on the counter; waiting ends when the count reaches
 // `target` (the launch's base + step * blocks), or after timeout_ns (err set, false returned).
 __device__ __forceinline__ bool grid_barrier(const PArgs& p, u64 target, int step, int* ok_s) {
@@ -87,17 +103,7 @@ __device__ __forceinline__ bool grid_barrier(const PArgs& p, u64 target, int ste
     // arrival: one release reduction (cumulative: it orders the block's writes, which the barrier
     // above ordered before this thread, ahead of the count), no separate fence, no returned value
     asm volatile("red.release.gpu.global.add.u64 [%0], %1;" :: "l"(p.bar), "l"(1ull) : "memory");
-    const u64 t0 = globaltimer();
-    int ok = 1;
-    // relaxed polls (an acquire load per poll would also drop this SM's L1 for the blocks still
-    // working beside this one), then one fence: the fence-based acquire of the PTX memory model
-    for (unsigned n = 0; ld_relaxed(p.bar) < target; n++) {
-      if ((n & 7) != 7) continue;
-      if (*(volatile int*)p.err) { ok = 0; break; }
-      if (globaltimer() - t0 > p.timeout_ns) { atomicCAS(p.err, 0, step + 1); ok = 0; break; }
-    }
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
-    *ok_s = ok;
+    *ok_s = poll_at_least(p.bar, target, p.err, p.timeout_ns, step);
   }
   __syncthreads();
   return *(volatile int*)ok_s != 0;
@@ -140,14 +146,7 @@ __device__ __forceinline__ void row_arrive(const PStep& st, int r, int m) {
 __device__ __forceinline__ void row_wait(const PArgs& p, const PStep& prod, int r, int m, int step) {
   if (threadIdx.x == 0) {
     const u64 target = p.tag * (u64)(prod.groups * (LANES / BLOCK));
-    const u64* c = prod.rows_done + r * prod.rows + m;
-    const u64 t0 = globaltimer();
-    for (unsigned n = 0; ld_relaxed(c) < target; n++) {
-      if ((n & 7) != 7) continue;
-      if (*(volatile int*)p.err) break;
-      if (globaltimer() - t0 > p.timeout_ns) { atomicCAS(p.err, 0, step + 1); break; }
-    }
-    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    poll_at_least(prod.rows_done + r * prod.rows + m, target, p.err, p.timeout_ns, step);
   }
   __syncthreads();
 }
@@ -385,13 +384,14 @@ __device__ void mhc_dispatch(const PArgs& p, int s, int r, const PStep& st, cons
   }
 }
 
-// A by-value copy of one MhcArgs into shared memory by the whole block (one round trip, then the
+// A by-value copy of one MhcArgs into shared memory by threads [t0, t0 + nt) (one round trip, then the
 // unit's argument reads are shared-memory loads instead of chains of global ones).
-__device__ __forceinline__ void copy_args(MhcArgs* dst, const MhcArgs& src) {
+__device__ __forceinline__ void copy_args_range(MhcArgs* dst, const MhcArgs& src, int t0, int nt) {
   constexpr int W = sizeof(MhcArgs) / 8;
   static_assert(sizeof(MhcArgs) % 8 == 0, "MhcArgs is copied in 8-byte words");
-  for (int i = threadIdx.x; i < W; i += BLOCK) reinterpret_cast<u64*>(dst)[i] = reinterpret_cast<const u64*>(&src)[i];
+  for (int i = threadIdx.x - t0; i < W; i += nt) reinterpret_cast<u64*>(dst)[i] = reinterpret_cast<const u64*>(&src)[i];
 }
+__device__ __forceinline__ void copy_args(MhcArgs* dst, const MhcArgs& src) { copy_args_range(dst, src, 0, BLOCK); }
 
 template <int OPG, int Q>
 __device__ void persistent_cycle(const PArgs& p) {
