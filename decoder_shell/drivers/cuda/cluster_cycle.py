@@ -26,7 +26,7 @@ from ...errors import UsageError
 from . import steps as S
 from .kernels import SOURCE, sinkhorn_flags
 from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin
-from .persistent import PERSISTENT_SOURCE, PersistentSession
+from .persistent import PERSISTENT_SOURCE, WATCHDOG_MS, PersistentSession
 
 CLUSTER_SOURCE = Path(__file__).with_name("cluster_cycle.cu").read_text()
 CL_SIZE, THREADS = 16, 256
@@ -83,7 +83,7 @@ class ClusterSession(PersistentSession):
             raise UsageError(f"persistent-cluster cycle: needs thread-block clusters (sm_90+); {drv.gpu} is {drv.arch}")
         self.rank0, self.nlocal = 0, cycle.ranks
         self.skip_step = skip_step
-        self.watchdog_ms = float(watchdog_ms or os.environ.get("DECODER_SHELL_CUDA_WATCHDOG_MS", 2000.0))
+        self.watchdog_ms = float(watchdog_ms or os.environ.get("DECODER_SHELL_CUDA_WATCHDOG_MS", WATCHDOG_MS))
         self.plan = S.plan(cycle)
         check_cycle(cycle, self.plan)
         self.broken, self.trace = "", False
