@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from decoder_shell.commands.program import build_cycle
 from decoder_shell.contracts.allreduce import RingContract, rank_order
 from decoder_shell.drivers.cuda import steps as S
-from decoder_shell.drivers.cuda.cluster_cycle import HIDDEN, RPC_BUILDS, CArgs, check_cycle, source
+from decoder_shell.drivers.cuda.cluster_cycle import HIDDEN, RPC_BUILDS, THREAD_BUILDS, CArgs, check_cycle, source
 from decoder_shell.errors import UsageError
 from decoder_shell.geometry import Geometry, preset
 
@@ -29,12 +29,12 @@ def _layout_asserts() -> str:
     return "#define offsetof(t, f) __builtin_offsetof(t, f)\n" + "\n".join(out) + "\n"
 
 
-@pytest.mark.parametrize("q,rpc", [(4, r) for r in RPC_BUILDS] + [(1, 1), (2, 8)])
-def test_every_instance_builds_for_sm90_without_spills_and_with_matching_layout(q, rpc, tmp_path, monkeypatch):
+@pytest.mark.parametrize("q,rpc,threads", [(4, r, t) for r in RPC_BUILDS for t in THREAD_BUILDS] + [(1, 1, 512), (2, 8, 256)])
+def test_every_instance_builds_for_sm90_without_spills_and_with_matching_layout(q, rpc, threads, tmp_path, monkeypatch):
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
     from decoder_shell.drivers.cuda.nvrtc import ptxas_report
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
-    src, entry = source(q, rpc)
+    src, entry = source(q, rpc, threads)
     rep = ptxas_report(src + _layout_asserts(), "sm_90", name="cluster_cycle.cu")[entry]
     assert rep["spill_stores"] == 0 and rep["spill_loads"] == 0 and rep["stack"] == 0, rep
     assert rep["registers"] <= 255 and rep["smem"] < 48 * 1024, rep  # static; the weights are dynamic

@@ -127,6 +127,10 @@ def profile(drv, rows: int, tp: int, reps: int = 30) -> dict:
         per_phase = {name: float(np.median(c[body])) / 1e3 for name, c in zip(PHASES, cols)}
         sk = d[body, 5] - d[body, 4]
         per_phase["(Sinkhorn warp alone)"] = float(np.median(sk)) / 1e3
+        # the helper warps' path beside it (helper thread 0's stamps): y, the join, the next fold
+        for name, k0, k1 in (("(helpers: pre + y)", 4, 8), ("(helpers: join)", 8, 7), ("(helpers: barrier)", 7, 10),
+                             ("(helpers: fold)", 10, 9)):
+            per_phase[name] = float(np.median(d[body, k1] - d[body, k0])) / 1e3
         hbm_us = [weight_bytes(cyc, st) / (gbps * 1e9) * 1e6 for st in plan]
         return {"M": rows, "tp": tp, "cycle_ms": cycle_ms, "steps": len(plan), "grid": s.describe_grid(),
                 "step_us_median": float(np.median(np.diff(d[:, 0])[body])) / 1e3,

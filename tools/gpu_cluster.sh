@@ -2,7 +2,7 @@
 # The cluster cycle on a GPU in one call: checks and profile (tools/cluster_check.py), the bench against the
 # graph path and the launch floor at TP4 M=1/2/4/8 and TP1 M=2, and a dsv4-flash TP4 draft + verify corpus
 # replayed through `shell replay --cycle persistent-cluster` beside the graph path. Everything lands in $OUT;
-# a summary table is printed last.   bash tools/gpu_cluster.sh [CASES] [EPOCHS]
+# a summary table is printed last.   [THREADS="512 256"] [VARIANTS=...] [QUICK=1] bash tools/gpu_cluster.sh [CASES] [EPOCHS]
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
@@ -17,18 +17,28 @@ run() {  # name timeout command...
   summary+=("| $name | rc=$rc | $((SECONDS - t0)) s |")
   tail -12 "$OUT/$name.log"
 }
-run check 240 python3 tools/cluster_check.py --cases "$CASES" --json "$OUT/check.json"
-if [ "${QUICK:-0}" != 1 ]; then
-run bench-tp4 200 python3 tools/bench_replay.py --rows 1 2 4 8 --epochs "$EPOCHS" --only-main --no-torch \
-  --persistent-cluster --json "$OUT/bench-tp4.json"
-run bench-tp1 60 python3 tools/bench_replay.py --tp 1 --rows 2 --epochs "$EPOCHS" --only-main --no-torch \
-  --persistent-cluster --json "$OUT/bench-tp1.json"
-fi
-# tuning rows: row groups per rank (0: the driver's choice) and compile defines, profile only
+# every block size in THREADS (default: the driver's): checks, profile and the bench against the graph path
+for T in ${THREADS:-0}; do
+  export DECODER_SHELL_CUDA_CLUSTER_THREADS=${T#0}
+  run check-t$T 240 python3 tools/cluster_check.py --cases "$CASES" --json "$OUT/check-t$T.json"
+  if [ "${QUICK:-0}" != 1 ]; then
+  run bench-tp4-t$T 200 python3 tools/bench_replay.py --rows 1 2 4 8 --epochs "$EPOCHS" --only-main --no-torch \
+    --persistent-cluster --json "$OUT/bench-tp4-t$T.json"
+  run bench-tp1-t$T 60 python3 tools/bench_replay.py --tp 1 --rows 2 --epochs "$EPOCHS" --only-main --no-torch \
+    --persistent-cluster --json "$OUT/bench-tp1-t$T.json"
+  fi
+done
+unset DECODER_SHELL_CUDA_CLUSTER_THREADS
+# tuning rows, profile only: tokens joined by ':', gN row groups a rank, tN threads a block, others compile
+# defines (comma-separated), e.g. VARIANTS="t256 t512:CL_NO_JOIN g2:t512"
 for v in ${VARIANTS:-}; do
-  g=${v%%:*}; d=${v#*:}; [ "$d" = "$v" ] && d=""
-  DECODER_SHELL_CUDA_CLUSTER_GROUPS=$g DECODER_SHELL_CUDA_DEFINES="${d//,/ }" run "profile-g$g-${d//[=,]/_}" 120 \
-    python3 tools/cluster_check.py --cases 0 --profile-rows 2 8 --json "$OUT/profile-g$g-${d//[=,]/_}.json"
+  g=""; t=""; d=""
+  for k in ${v//:/ }; do
+    case $k in g[0-9]*) g=${k#g} ;; t[0-9]*) t=${k#t} ;; *) d="$d ${k//,/ }" ;; esac
+  done
+  name="profile-${v//[=,:]/_}"
+  DECODER_SHELL_CUDA_CLUSTER_GROUPS=$g DECODER_SHELL_CUDA_CLUSTER_THREADS=$t DECODER_SHELL_CUDA_DEFINES="$d" run "$name" 120 \
+    python3 tools/cluster_check.py --cases 0 --profile-rows 2 8 --json "$OUT/$name.json"
 done
 if [ "${QUICK:-0}" != 1 ]; then
 T=$(mktemp -d)

@@ -30,8 +30,10 @@
 
 #define CL_SIZE 16
 #define CL_LANES (LANES / CL_SIZE)  // lanes of one block: 64, two per thread of a warp
-#define CL_THREADS 256
-#define CL_WARPS (CL_THREADS / 32)
+#define CL_DETAIL 16  // stamps a step: 0 start, 1 stream values, 2 dots, 3 cluster barrier, 4 exchange, 5 Sinkhorn,
+                      // 6 end; helper thread 0: 7 join passed, 8 its y stored, 9 its fold done,
+                      // 10 every helper past the join
+#define CL_CHAINS 25                // dot-product chains of a row: the sum of squares (0) and 24 outputs (1 + o)
 
 struct CArgs {
   const PStep* steps;
@@ -40,7 +42,7 @@ struct CArgs {
   int* err;         // 0, or 1 + the step whose join timed out
   u64 timeout_ns;
   u64* trace;       // null, or [nsteps + 1] stamps (cluster 0, block 0, at each step start)
-  u64* detail;      // null, or [nsteps + 1][8] stamps inside each step (same block)
+  u64* detail;      // null, or [nsteps + 1][CL_DETAIL] stamps inside each step (same block)
   u64 tag;          // this launch's number: 1, 2, ...
   int rank0, nlocal;  // the ranks this grid computes
   int groups;       // row groups per rank: clusters = nlocal x groups
@@ -56,9 +58,14 @@ struct CArgs {
 
 __device__ __forceinline__ void bar_named(int id, int n) { asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory"); }
 
-// Warp w's chains: i = 0..2 are outputs chain_of(w, i) - 1 (when <= nout), and warp 0 also sums squares.
-__device__ __forceinline__ int chain_of(int w, int i) { return w == 0 ? 8 * (i + 1) : w + 8 * i; }
+// Chain i of warp w (of NW): chain 0 sums squares, chain c >= 1 is output c - 1 (when c <= nout). A warp
+// covers the block's 64 lanes (two a thread), so more warps a block means fewer chains a warp.
+template <int NW>
+__device__ __forceinline__ int chain_of(int w, int i) { return w + NW * i; }
 
+#ifndef CL_ISOLATE_SK
+#define CL_ISOLATE_SK 0  // 1: measured on the H200 (2026-12-02), no faster at M=2 and slower at M=4
+#endif
 #ifndef CL_LOOKAHEAD
 #define CL_LOOKAHEAD 3  // steps ahead whose weights the copy engine prefetches into L2 (0: none)
 #endif
@@ -77,6 +84,21 @@ __device__ __forceinline__ void mbar_wait(u64* bar, unsigned parity) {
                  : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
 }
 
+#ifndef CL_EVICT_FIRST
+#define CL_EVICT_FIRST 1  // the weights pass through L2 marked evict-first (0: the default policy)
+#endif
+// The L2 policy of the weight stream: every weight is read once a cycle, and the cycle's 516 MiB (four
+// ranks) would otherwise push out of L2 what is read again soon (partial sums, step and order tables).
+__device__ __forceinline__ u64 weight_policy() {
+  u64 pol;
+#if CL_EVICT_FIRST
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+#else
+  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
+#endif
+  return pol;
+}
+
 // This block's weights of step s (rank r) into shared memory by the copy engine: the step's tensor map
 // views fn [nout][4Q*1024] as rows o*4Q+u of 1024 lanes, and each box is box_rows rows of the block's 64
 // lanes, landing as wsm[o][u][64]; completion on the block's mbarrier. One thread issues nout*4Q/box_rows
@@ -88,17 +110,20 @@ __device__ __forceinline__ void fetch_weights(const CArgs& p, int s, int nout, i
   const int rows = nout * HC * Q, boxes = (rows + p.box_rows - 1) / p.box_rows;
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // every warp's reads of wsm came first
   mbar_expect(bar, rows * CL_LANES * 4);
+  const u64 pol = weight_policy();
   for (int k = 0; k < boxes; k++)
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1, {%2, %3}], [%4], %5;"
                  :: "r"(smem_addr(wsm + (size_t)k * p.box_rows * CL_LANES)), "l"(tm), "r"(L0), "r"(k * p.box_rows),
-                    "r"(smem_addr(bar)) : "memory");
+                    "r"(smem_addr(bar)), "l"(pol) : "memory");
 }
 
 // This block's 1/16 of rank r's weights of step `st` into L2 (one bulk prefetch by the copy engine).
 template <int Q>
 __device__ __forceinline__ void prefetch_l2(const PStep& st, int r, int b) {
   const unsigned bytes = st.nout * HC * Q * LANES * 4 / CL_SIZE;
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"((const char*)st.mh[r].fn + (size_t)b * bytes), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;"
+               :: "l"((const char*)st.mh[r].fn + (size_t)b * bytes), "r"(bytes), "l"(weight_policy()) : "memory");
 }
 
 // The step's rows for cluster group g: [row0, row0 + n).
@@ -112,13 +137,25 @@ __device__ __forceinline__ void rows_of(int rows, int groups, int g, int& row0, 
 // in the contract's order, starting from the rank the host took from contracts.allreduce.rank_order, the
 // same additions and roundings: ring_fold_ordered; the output written) or read from the buffer; threads
 // [t0, t0 + nt).
+// The first rank of every element this block folds at the next all-reduce, from the host table into
+// shared memory (indexed as xs): static metadata, so it is loaded before the join, and the fold after the
+// join waits only for the partials.
 template <int Q>
-__device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, const unsigned char* first, int row0, int nrows,
-                                       int L0, float (*xs)[Q][CL_LANES], int t0, int nt) {
+__device__ __forceinline__ void load_order(const unsigned char* first, int D, int row0, int nrows, int L0,
+                                           unsigned char* ord, int it, int nt) {
+  for (int i = it; i < nrows * Q * CL_LANES; i += nt) {
+    const int mi = i / (Q * CL_LANES), q = (i / CL_LANES) % Q, l = i % CL_LANES;
+    ord[i] = first[(row0 + mi) * D + L0 + l + q * LANES];
+  }
+}
+
+template <int Q>
+__device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, const unsigned char* ord, int row0, int nrows,
+                                       int L0, float (*xs)[Q][CL_LANES], int it, int nt) {
   constexpr int B = 4;  // elements a thread folds at once: their loads are all in flight together
   const Ring& c = a.ring;
   const int n = nrows * Q * CL_LANES;
-  for (int i0 = threadIdx.x - t0; i0 < n; i0 += B * nt) {
+  for (int i0 = it; i0 < n; i0 += B * nt) {
     int e[B];
     float v[B][MAXR];
 #pragma unroll
@@ -128,7 +165,7 @@ __device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, const unsign
       e[k] = i < n ? (row0 + mi) * a.D + L0 + l + q * LANES : -1;
       if (e[k] < 0) continue;
       if (fused) {
-        int rr = first[e[k]];
+        int rr = ord[i];
 #pragma unroll
         for (int t = 0; t < MAXR; t++) {
           if (t < c.ranks) {
@@ -140,6 +177,9 @@ __device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, const unsign
       } else {
         v[k][0] = ld(a.x, e[k], a.x_is_bf16);
       }
+#ifdef CL_FOLD_NOLOAD  // timing ablation: the fold without its loads of the partials (inexact)
+      for (int t = 0; t < MAXR; t++) v[k][t] = (float)ord[i];
+#endif
     }
 #pragma unroll
     for (int k = 0; k < B; k++) {
@@ -155,32 +195,70 @@ __device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, const unsign
   }
 }
 
-// The partial sums the next step's all-reduce folds, for this cluster's rows, into L2 (bulk prefetches
-// by the copy engine): a partial reaches its reader from L2, as one a producer has just written would.
-__device__ __forceinline__ void prefetch_partials(const MhcArgs& a, int fused, int row0, int nrows) {
-  if (!fused || nrows <= 0) return;
-  const int isz = a.ring.is_bf16 ? 2 : 4;
-  const unsigned bytes = (unsigned)(nrows * a.D * isz) & ~15u;
-  for (int q = 0; q < a.ring.ranks && bytes; q++)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"((const char*)a.peers[q] + (size_t)row0 * a.D * isz),
+#ifndef CL_PART_AHEAD
+#define CL_PART_AHEAD 2  // steps ahead whose partial sums the copy engine prefetches into L2 (>= 1)
+#endif
+
+// Where a step's partial prefetch goes: read from the step table at the start of a step (into
+// registers, so the loads' latency overlaps the step) and issued in B.
+struct PartFetch {
+  const char* base;  // this cluster's rank's partial of the step (null: no fused all-reduce)
+  int rows, D, isz;
+};
+__device__ __forceinline__ PartFetch part_fetch(const CArgs& p, int s, int r) {
+  PartFetch f{nullptr, 0, 0, 0};
+  if (s >= p.nsteps) return f;
+  const PStep& st = p.steps[s];
+  f.base = st.fused ? (const char*)st.mh[r].peers[r] : nullptr;
+  f.rows = st.rows;
+  f.D = st.mh[r].D;
+  f.isz = st.mh[r].ring.is_bf16 ? 2 : 4;
+  return f;
+}
+// The partial sums a later all-reduce folds, for this cluster's rows, into L2 (bulk prefetches by the
+// copy engine): a partial reaches its reader from L2, as one a producer has just written would. Every
+// rank's cluster fetches its own rank's partial, its 16 blocks a sixteenth each.
+__device__ __forceinline__ void prefetch_partials(const PartFetch& f, int groups, int g, int b) {
+  int row0, nrows;
+  rows_of(f.rows, groups, g, row0, nrows);
+  if (!f.base || nrows <= 0) return;
+  const unsigned total = (unsigned)(nrows * f.D * f.isz), part = (total / CL_SIZE) & ~15u;
+  const unsigned off = b * part, bytes = b == CL_SIZE - 1 ? (total - off) & ~15u : part;
+  if (bytes)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(f.base + (size_t)row0 * f.D * f.isz + off),
                  "r"(bytes) : "memory");
 }
 
 __device__ __forceinline__ void dstamp(u64* st, int k) {
   if (st) st[k] = globaltimer();
 }
+// A stamp right after a barrier: bar.sync is issued as deferred blocking, so a clock read behind it may
+// run before the barrier completes; reading a shared word first (and the clock only once that value is
+// in a register) puts the stamp after it.
+__device__ __forceinline__ void dstamp_after(u64* st, int k, const void* word) {
+  if (!st) return;
+  const unsigned dep = *(const volatile unsigned*)word;
+  u64 v;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v) : "r"(dep) : "memory");
+  st[k] = v;
+}
 
-template <int Q, int RPC>
+template <int Q, int RPC, int NT>
 __device__ void cluster_cycle(const CArgs& p) {
+  constexpr int NW = NT / 32, NCH = (CL_CHAINS + NW - 1) / NW;  // warps; chains a warp
+  constexpr int AW = sizeof(MhcArgs) / 8;                        // 8-byte words of one step's arguments
+  static_assert(AW + 10 <= NT, "a thread per word of the next step's arguments and header");
   __shared__ __align__(16) float sv[RPC][HC * Q][CL_LANES];   // this block's stream values (fp32 of the bf16), element order u
   __shared__ float xs[RPC][Q][CL_LANES];        // x of the next step (folded)
   __shared__ float part[2][RPC][25];            // the block's partials: [0] sum of squares, [1 + o] output o
   __shared__ float mix[RPC][24];
   __shared__ float pc[RPC][HC + HC * HC];       // post, comb for the next step
   __shared__ float pre_s[RPC][HC];
+  __shared__ float bsc_s[24 + 3];               // the step's base [nout] and scale [3 or 1] (loaded in C, stored in X)
   __shared__ MhcArgs args_s[2];                 // step s's arguments for this rank at [s & 1]
   __shared__ int hdr_s[2][10];                  // step s's header (PStep's first ten ints) at [s & 1]
   __shared__ u64 wbar;                          // the block's weights of the step have landed
+  __shared__ unsigned char ord_s[RPC * Q * CL_LANES];  // first ranks of the next fold (load_order)
   extern __shared__ __align__(128) float wsm[];  // [24][HC * Q][64]: this block's weights of the step
   const int t = threadIdx.x, w = t >> 5, lane = t & 31;
   const int b = (int)cluster_ctarank(), cid = blockIdx.x / CL_SIZE;
@@ -198,8 +276,10 @@ __device__ void cluster_cycle(const CArgs& p) {
   // prologue: step 0's arguments, x and weights
   {
     const PStep& st = p.steps[0];
-    copy_args_range(&args_s[0], st.mh[r], 0, CL_THREADS);
+    copy_args_range(&args_s[0], st.mh[r], 0, NT);
     if (t < 10) hdr_s[0][t] = (&st.kind)[t];
+    if (work && t == NT - 1)
+      for (int k = 1; k < CL_PART_AHEAD; k++) prefetch_partials(part_fetch(p, k, r), p.groups, g, b);
     __syncthreads();
     int row0, nrows;
     rows_of(st.rows, p.groups, g, row0, nrows);
@@ -208,7 +288,9 @@ __device__ void cluster_cycle(const CArgs& p) {
       wpending = true;
       if (t == 0)
         for (int k = 1; k < CL_LOOKAHEAD && k < p.nsteps; k++) prefetch_l2<Q>(p.steps[k], r, b);
-      fold_x<Q>(args_s[0], st.fused, p.order + p.order_off[0], row0, nrows, L0, xs, 0, CL_THREADS);
+      if (st.fused) load_order<Q>(p.order + p.order_off[0], args_s[0].D, row0, nrows, L0, ord_s, t, NT);
+      __syncthreads();
+      fold_x<Q>(args_s[0], st.fused, ord_s, row0, nrows, L0, xs, t, NT);
     }
     __syncthreads();
   }
@@ -219,14 +301,35 @@ __device__ void cluster_cycle(const CArgs& p) {
     const int op = hd[1], nout = hd[3], buf = s & 1;
     const bool carried = hd[6] == s - 1 && s > 0;
     const int nxt_nout = s + 1 < p.nsteps && t == 0 ? p.steps[s + 1].nout : 0;  // (thread 0 issues the fetch)
+    // the next step's arguments and header: loaded into registers now, stored into shared memory in X
+    // (the L2 round trip overlaps C and A instead of lengthening the exchange)
+    u64 nx_w = 0;
+    // the step's base and scale (params in global memory: the weight stream may have pushed them out of
+    // L2) the same way, for the mixes' splits in B: the last warp, lanes 0..26
+    float bsc = 0.0f;
+    const int bj = t - (NT - 32);
+    if (work && bj >= 0 && bj < 27) {
+      if (bj < nout) bsc = A.base[bj];
+      else if (bj >= 24 && bj - 24 < (op == OP_POST_HEAD ? 1 : 3)) bsc = A.scale[bj - 24];
+    }
+    const PartFetch pf = work && t == NT - 1 ? part_fetch(p, s + CL_PART_AHEAD, r) : PartFetch{nullptr, 0, 0, 0};
+    if (s + 1 < p.nsteps) {
+      const PStep& nx = p.steps[s + 1];
+      if (t < AW) nx_w = reinterpret_cast<const u64*>(&nx.mh[r])[t];
+      else if (t < AW + 10) nx_w = (unsigned)(&nx.kind)[t - AW];
+    }
     int row0, nrows;
     rows_of(hd[5], p.groups, g, row0, nrows);
     if (stamper && p.trace) p.trace[s] = globaltimer();
-    u64* ds = stamper && p.detail ? p.detail + (size_t)s * 8 : nullptr;
+    u64* ds = stamper && p.detail ? p.detail + (size_t)s * CL_DETAIL : nullptr;
+    u64* dh = cid == 0 && b == 0 && p.detail ? p.detail + (size_t)s * CL_DETAIL : nullptr;  // (helper thread 0)
     dstamp(ds, 0);
+#if defined(CL_FETCH_LATE) && !defined(CL_NO_FETCH)
+    if (work && s > 0 && t == 0) fetch_weights<Q>(p, s, nout, r, L0, wsm, &wbar);
+#endif
     // C: stream values of this step for the block's columns
     if (work) {
-      for (int i = t; i < nrows * Q * CL_LANES; i += CL_THREADS) {
+      for (int i = t; i < nrows * Q * CL_LANES; i += NT) {
         const int mi = i / (Q * CL_LANES), q = (i / CL_LANES) % Q, l = i % CL_LANES;
         const int m = row0 + mi, d = L0 + l + q * LANES;
         const float x = xs[mi][q][l];
@@ -256,7 +359,7 @@ __device__ void cluster_cycle(const CArgs& p) {
       }
     }
     __syncthreads();
-    dstamp(ds, 1);
+    dstamp_after(ds, 1, &sv[0][0][CL_LANES - 1]);
     // A: dot products of the block's 64 lanes (two a thread), warp w's chains over every row, then
     // the 64-lane tree; the next step's weights are requested as soon as the warp's reads are done
     if (work) {
@@ -264,31 +367,34 @@ __device__ void cluster_cycle(const CArgs& p) {
         mbar_wait(&wbar, wphase);
         wphase ^= 1;
       }
-      float a0[RPC][4], a1[RPC][4];
+      float a0[RPC][NCH], a1[RPC][NCH];
 #pragma unroll
       for (int mi = 0; mi < RPC; mi++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) a0[mi][i] = a1[mi][i] = 0.0f;
+        for (int i = 0; i < NCH; i++) a0[mi][i] = a1[mi][i] = 0.0f;
+      // branch-free: every chain of the warp accumulates (a chain past nout reads output 0's weights and
+      // is never stored); chain 0 multiplies the stream value by itself (the select below)
+      const bool sq = w == 0;
+      const float* wrow[NCH];
+#pragma unroll
+      for (int i = 0; i < NCH; i++) {
+        const int c = chain_of<NW>(w, i);
+        wrow[i] = &wsm[(size_t)(c >= 1 && c <= nout ? c - 1 : 0) * HC * Q * CL_LANES + 2 * lane];
+      }
 #pragma unroll
       for (int u = 0; u < HC * Q; u++) {
-        float2 wv[3];
+        float2 wv[NCH];
 #pragma unroll
-        for (int i = 0; i < 3; i++)
-          if (chain_of(w, i) <= nout)
-            wv[i] = *reinterpret_cast<const float2*>(&wsm[((size_t)(chain_of(w, i) - 1) * HC * Q + u) * CL_LANES + 2 * lane]);
+        for (int i = 0; i < NCH; i++) wv[i] = *reinterpret_cast<const float2*>(wrow[i] + u * CL_LANES);
 #pragma unroll
         for (int mi = 0; mi < RPC; mi++) {
           if (mi < nrows) {
             const float2 s2 = *reinterpret_cast<const float2*>(&sv[mi][u][2 * lane]);
 #pragma unroll
-            for (int i = 0; i < 3; i++)
-              if (chain_of(w, i) <= nout) {
-                a0[mi][i] = ADD(a0[mi][i], MUL(s2.x, wv[i].x));
-                a1[mi][i] = ADD(a1[mi][i], MUL(s2.y, wv[i].y));
-              }
-            if (w == 0) {
-              a0[mi][3] = ADD(a0[mi][3], MUL(s2.x, s2.x));
-              a1[mi][3] = ADD(a1[mi][3], MUL(s2.y, s2.y));
+            for (int i = 0; i < NCH; i++) {
+              const float mx = i == 0 && sq ? s2.x : wv[i].x, my = i == 0 && sq ? s2.y : wv[i].y;
+              a0[mi][i] = ADD(a0[mi][i], MUL(s2.x, mx));
+              a1[mi][i] = ADD(a1[mi][i], MUL(s2.y, my));
             }
           }
         }
@@ -298,9 +404,9 @@ __device__ void cluster_cycle(const CArgs& p) {
       for (int mi = 0; mi < RPC; mi++) {
         if (mi < nrows) {
 #pragma unroll
-          for (int i = 0; i < 4; i++) {
-            const int c = i < 3 ? chain_of(w, i) : 0;
-            if (i < 3 ? c <= nout : w == 0) {
+          for (int i = 0; i < NCH; i++) {
+            const int c = chain_of<NW>(w, i);
+            if (c <= nout) {
               float v = ADD(a0[mi][i], a1[mi][i]);  // lanes 2*lane, 2*lane+1: the tree's first level
 #pragma unroll
               for (int off = 1; off < 32; off <<= 1) v = ADD(v, __shfl_down_sync(0xffffffffu, v, off));
@@ -322,7 +428,9 @@ __device__ void cluster_cycle(const CArgs& p) {
     // every warp of this block is past its dot products: the next step's weights may land in wsm
 #ifndef CL_NO_FETCH  // timing ablation: the first step's weights stay (inexact)
     wpending = work && s + 1 < p.nsteps;
+#ifndef CL_FETCH_LATE  // tuning: the copy at the start of the next step instead, after this step's fold
     if (wpending && t == 0) fetch_weights<Q>(p, s + 1, nxt_nout, r, L0, wsm, &wbar);
+#endif
 #else
     wpending = false;
 #endif
@@ -349,22 +457,28 @@ __device__ void cluster_cycle(const CArgs& p) {
         if (c > 0) mix[mi][c - 1] = MUL(v[0], DIV(1.0f, SQRT(ADD(DIV(q[0], N), A.norm_eps))));
       }
     }
-    // the next step's arguments and header (helpers read them in B; every thread in C)
+    // the next step's arguments and header (helpers read them in B; every thread in C), loaded in C
     if (s + 1 < p.nsteps) {
-      const PStep& nx = p.steps[s + 1];
-      copy_args_range(&args_s[(s + 1) & 1], nx.mh[r], 0, CL_THREADS);
-      if (t < 10) hdr_s[(s + 1) & 1][t] = (&nx.kind)[t];
+      if (t < AW) reinterpret_cast<u64*>(&args_s[(s + 1) & 1])[t] = nx_w;
+      else if (t < AW + 10) hdr_s[(s + 1) & 1][t - AW] = (int)nx_w;
     }
+    if (bj >= 0 && bj < 27) bsc_s[bj] = bsc;
     __syncthreads();
-    dstamp(ds, 4);
+    dstamp_after(ds, 4, &mix[0][23]);
     // B: Sinkhorn warps (two rows each) and helper warps (y, join, the next all-reduce)
     const int nsk = work && op != OP_POST_HEAD ? (nrows + 1) / 2 : 0;
-    const int nh = (CL_WARPS - nsk) * 32, h0 = nsk * 32;
+    // helper warps: the others, except (CL_ISOLATE_SK, one or two Sinkhorn warps) those that share a
+    // Sinkhorn warp's scheduler (warp w issues on sub-partition w % 4): the Sinkhorn is the step's serial
+    // chain, and helpers beside it slowed it from 2.5 to 4 us
+    const bool iso = CL_ISOLATE_SK && nsk >= 1 && nsk <= 2;
+    const bool helper = w >= nsk && (!iso || w % 4 >= nsk);
+    const int hw = iso ? (w / 4) * (4 - nsk) + max(0, w % 4 - nsk) : w - nsk;  // rank among helper warps
+    const int nh = (iso ? (NW / 4) * (4 - nsk) : NW - nsk) * 32;
     if (w < nsk) {
       const int hf = lane >> 4, t16 = lane & 15, mi = 2 * w + hf, mic = min(mi, nrows - 1);
-      const float lg = ADD(MUL(mix[mic][2 * HC + t16], A.scale[2]), A.base[2 * HC + t16]);
+      const float lg = ADD(MUL(mix[mic][2 * HC + t16], bsc_s[24 + 2]), bsc_s[2 * HC + t16]);
       const float c = sinkhorn_lane(lg, t16 >> 2, t16 & 3, hf * 16, A.hc_eps, A.sinkhorn_iters);
-      const float ps = t16 < HC ? MUL(2.0f, psigmoid(ADD(MUL(mix[mic][HC + t16], A.scale[1]), A.base[HC + t16]))) : 0.0f;
+      const float ps = t16 < HC ? MUL(2.0f, psigmoid(ADD(MUL(mix[mic][HC + t16], bsc_s[24 + 1]), bsc_s[HC + t16]))) : 0.0f;
       if (mi < nrows) {
         pc[mi][HC + t16] = c;
         if (t16 < HC) pc[mi][t16] = ps;
@@ -375,12 +489,12 @@ __device__ void cluster_cycle(const CArgs& p) {
         }
       }
       dstamp(ds, 5);
-    } else {
-      const int ht = t - h0;
+    } else if (helper) {
+      const int ht = hw * 32 + lane;
       if (work && nrows > 0) {
         if (ht < nrows * HC) {
           const int mi = ht / HC, h = ht % HC;
-          pre_s[mi][h] = ADD(psigmoid(ADD(MUL(mix[mi][h], A.scale[0]), A.base[h])), A.hc_eps);
+          pre_s[mi][h] = ADD(psigmoid(ADD(MUL(mix[mi][h], bsc_s[24]), bsc_s[h])), A.hc_eps);
         }
         bar_named(1, nh);
         for (int i = ht; i < nrows * Q * CL_LANES; i += nh) {
@@ -391,6 +505,7 @@ __device__ void cluster_cycle(const CArgs& p) {
           v = ADD(v, MUL(pre_s[mi][3], sv[mi][3 * Q + q][l]));
           A.y[(size_t)(row0 + mi) * A.D + L0 + l + q * LANES] = f2bf(v);
         }
+        if (ht == 0) dstamp(dh, 8);
       }
       bar_named(1, nh);  // every y of this block is stored before its arrival
 #ifdef CL_NO_JOIN  // timing ablation: clusters never wait for each other (the all-reduces lose their join)
@@ -403,22 +518,27 @@ __device__ void cluster_cycle(const CArgs& p) {
         const int* nh_ = hdr_s[(s + 1) & 1];  // the next step's header (copied in X)
         int nrow0, nn;
         rows_of(nh_[5], p.groups, g, nrow0, nn);
-        if (work && ht == 33 && b == 0) prefetch_partials(args_s[(s + 1) & 1], nh_[2], nrow0, nn);
+        if (t == NT - 1) prefetch_partials(pf, p.groups, g, b);  // (a helper: nsk <= 4 of 8 or 16 warps)
         if (CL_LOOKAHEAD > 0 && ht == 32 && s + CL_LOOKAHEAD < p.nsteps) prefetch_l2<Q>(p.steps[s + CL_LOOKAHEAD], r, b);
+        // the fold's first ranks while the join waits (the poller, helper thread 0, takes no part)
+        if (work && nh_[2] && ht > 0)
+          load_order<Q>(p.order + p.order_off[s + 1], args_s[(s + 1) & 1].D, nrow0, nn, L0, ord_s, ht - 1, nh - 1);
         if (ht == 0) {
 #ifndef CL_NO_JOIN
           poll_at_least(p.join + s, target, p.err, p.timeout_ns, s);  // every block of every rank arrived
 #endif
-          if (p.detail && cid == 0 && b == 0) p.detail[(size_t)s * 8 + 7] = globaltimer();  // join passed
+          dstamp(dh, 7);  // join passed
         }
         bar_named(1, nh);
+        if (ht == 0) dstamp_after(dh, 10, &ord_s[0]);
         if (work) {
-          fold_x<Q>(args_s[(s + 1) & 1], nh_[2], p.order + p.order_off[s + 1], nrow0, nn, L0, xs, h0, nh);
+          fold_x<Q>(args_s[(s + 1) & 1], nh_[2], ord_s, nrow0, nn, L0, xs, ht, nh);
+          if (ht == 0) dstamp(dh, 9);
         }
       }
     }
     __syncthreads();
-    dstamp(ds, 6);
+    dstamp_after(ds, 6, &xs[0][0][CL_LANES - 1]);
   }
   if (stamper && p.trace) p.trace[p.nsteps] = globaltimer();
   // no block leaves while another may still read its shared memory (the last exchange)
@@ -426,4 +546,4 @@ __device__ void cluster_cycle(const CArgs& p) {
   cluster_wait();
 }
 
-// Instantiations are generated by the driver: cluster_q<Q>_r<RPC>.
+// Instantiations are generated by the driver: cluster_q<Q>_r<RPC>_t<NT>.

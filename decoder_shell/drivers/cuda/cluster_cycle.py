@@ -29,7 +29,10 @@ from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin
 from .persistent import PERSISTENT_SOURCE, WATCHDOG_MS, PersistentSession
 
 CLUSTER_SOURCE = Path(__file__).with_name("cluster_cycle.cu").read_text()
-CL_SIZE, THREADS = 16, 256
+CL_SIZE = 16
+#: Threads a block: 8 or 16 warps over the block's 64 lanes (16: half the dot-product chains a warp and
+#: twice the threads for the stream values and the fold). DECODER_SHELL_CUDA_CLUSTER_THREADS picks one.
+THREAD_BUILDS, THREADS = (256, 512), 512
 #: Hidden sizes the kernel is built for (Q = D / 1024 lane steps of 4 streams each, in registers).
 HIDDEN = (1024, 2048, 4096)
 RPC_BUILDS = (1, 2, 4, 8)
@@ -43,10 +46,10 @@ class CArgs(C.Structure):
                 ("order_off", S.A.u64), ("box_rows", C.c_int), ("pad2_", C.c_int)]
 
 
-def source(q: int, rpc: int) -> tuple[str, str]:
-    entry = f"cluster_q{q}_r{rpc}"
-    wrapper = (f'extern "C" __global__ void __launch_bounds__({THREADS}, 1) {entry}(const CArgs p) '
-               f'{{ cluster_cycle<{q}, {rpc}>(p); }}\n')
+def source(q: int, rpc: int, threads: int = THREADS) -> tuple[str, str]:
+    entry = f"cluster_q{q}_r{rpc}_t{threads}"
+    wrapper = (f'extern "C" __global__ void __launch_bounds__({threads}, 1) {entry}(const CArgs p) '
+               f'{{ cluster_cycle<{q}, {rpc}, {threads}>(p); }}\n')
     return SOURCE + PERSISTENT_SOURCE + CLUSTER_SOURCE + wrapper, entry
 
 
@@ -75,6 +78,8 @@ def check_cycle(cycle, plan) -> None:
 class ClusterSession(PersistentSession):
     """The graph session's buffers, with one cluster-launched kernel instead of the graph."""
 
+    DETAIL_SLOTS = 16  # CL_DETAIL in cluster_cycle.cu
+
     def _build_persistent(self, drv, fma, blocks, watchdog_ms, skip_step):
         cu, cycle = self.cu, self.cycle
         if self.rank is not None:
@@ -87,6 +92,11 @@ class ClusterSession(PersistentSession):
         self.plan = S.plan(cycle)
         check_cycle(cycle, self.plan)
         self.broken, self.trace = "", False
+        env_t = os.environ.get("DECODER_SHELL_CUDA_CLUSTER_THREADS", "") or str(THREADS)
+        if not env_t.isdigit() or int(env_t) not in THREAD_BUILDS:
+            raise UsageError(f"DECODER_SHELL_CUDA_CLUSTER_THREADS={env_t}: the cluster cycle is built for "
+                             f"{' or '.join(map(str, THREAD_BUILDS))} threads a block")
+        self.threads = int(env_t)
         rows = [cycle.geometry.phase(cycle.commands[st.cmd].boundary.phase).rows for st in self.plan]
         q = cycle.geometry.hidden // 1024
         self.dyn_smem = 24 * 4 * q * (1024 // CL_SIZE) * 4  # the block's weights of one step (wsm)
@@ -115,7 +125,7 @@ class ClusterSession(PersistentSession):
         self._tables(table, q)
         n = len(self.plan) + 1
         self.detail_off = 256 + 8 * n
-        self.join_off = self.detail_off + 64 * n
+        self.join_off = self.detail_off + 8 * self.DETAIL_SLOTS * n
         ctl_bytes = self.join_off + 8 * len(self.plan)  # (unused), error, trace, detail, join counters
         self.ctl = self._alloc(ctl_bytes)
         cu.cuMemsetD8(self.ctl, 0, ctl_bytes)
@@ -158,7 +168,7 @@ class ClusterSession(PersistentSession):
         cu.cuMemcpyHtoD(self.order_off_ptr, off.ctypes.data, off.nbytes)
 
     def _function(self, q: int, rpc: int, fma: bool):
-        src, entry = source(q, rpc)
+        src, entry = source(q, rpc, self.threads)
         flags = (*(FMA_FLAGS if fma else EXACT_FLAGS), *sinkhorn_flags())
         mod = self.modules._load(compile_cubin(src, self.arch, flags, name="cluster_cycle.cu"))
         func = self.cu.cuModuleGetFunction(mod, entry.encode())
@@ -172,7 +182,7 @@ class ClusterSession(PersistentSession):
         b = self.cu.bindings
         cfg = b.CUlaunchConfig()
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
-        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = THREADS, 1, 1
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = self.threads, 1, 1
         cfg.sharedMemBytes = self.dyn_smem
         cfg.hStream = self.stream
         at = b.CUlaunchAttribute()
@@ -215,4 +225,4 @@ class ClusterSession(PersistentSession):
 
     def describe_grid(self) -> dict:
         return {"clusters": self.blocks // CL_SIZE, "cluster_size": CL_SIZE, "row_groups": self.groups,
-                "rows_per_cluster_build": self.rpc, "max_active_clusters": self.most, "threads": THREADS, "entry": self.entry}
+                "rows_per_cluster_build": self.rpc, "max_active_clusters": self.most, "threads": self.threads, "entry": self.entry}

@@ -200,13 +200,17 @@ class PersistentSession(CudaSession):
         self.cu.cuMemcpyDtoH(t.ctypes.data, self.ctl + 256, 8 * n)
         return list(np.diff(t.astype(np.int64)) / 1e6)
 
+    #: stamps a step in the detail trace (the kernel's own layout)
+    DETAIL_SLOTS = 8
+
     def step_detail(self) -> np.ndarray:
-        """One traced launch: block 0's stamps inside each step, [steps + 1][8] ns (0 where not taken):
-        0 start, 1 first unit, 2 loads and post/comb, 3 stream values, 4 dot products, 5 partials, 6 items done."""
+        """One traced launch: block 0's stamps inside each step, [steps + 1][DETAIL_SLOTS] ns (0 where not
+        taken); the persistent kernel's: 0 start, 1 first unit, 2 loads and post/comb, 3 stream values, 4 dot
+        products, 5 partials, 6 items done."""
         n = len(self.plan) + 1
-        self.cu.cuMemsetD8(self.ctl + self.detail_off, 0, 64 * n)
+        self.cu.cuMemsetD8(self.ctl + self.detail_off, 0, 8 * self.DETAIL_SLOTS * n)
         self.step_times()
-        d = np.zeros((n, 8), dtype=np.uint64)
+        d = np.zeros((n, self.DETAIL_SLOTS), dtype=np.uint64)
         self.cu.cuMemcpyDtoH(d.ctypes.data, self.ctl + self.detail_off, d.nbytes)
         return d
 
