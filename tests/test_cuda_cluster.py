@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from decoder_shell.commands.program import build_cycle
 from decoder_shell.contracts.allreduce import RingContract, rank_order
 from decoder_shell.drivers.cuda import steps as S
-from decoder_shell.drivers.cuda.cluster_cycle import HIDDEN, RPC_BUILDS, THREAD_BUILDS, CArgs, check_cycle, source
+from decoder_shell.drivers.cuda.cluster_cycle import (HIDDEN, RPC_BUILDS, THREAD_BUILDS, THREADS, CArgs, block_threads,
+                                                      check_cycle, source)
 from decoder_shell.errors import UsageError
 from decoder_shell.geometry import Geometry, preset
 
@@ -89,6 +90,18 @@ def test_other_hidden_sizes_and_unlinked_boundaries_are_refused_in_one_line():
     cyc.commands[i] = type(c)(c.index, c.boundary, {**c.inputs, "residual": first.outputs["streams"]}, c.outputs)
     with pytest.raises(UsageError, match="reads outputs of a boundary other than the one before it"):
         check_cycle(cyc, S.plan(cyc))
+
+
+@pytest.mark.parametrize("value", ["", "256", "512", " 512 ", "128", "1024", "abc", "-512", "512.0"])
+def test_block_threads_takes_the_built_counts_and_refuses_others_in_one_line(value, monkeypatch):
+    monkeypatch.setenv("DECODER_SHELL_CUDA_CLUSTER_THREADS", value)
+    want = int(value) if value.strip().isdigit() else THREADS if not value.strip() else None
+    if want in THREAD_BUILDS:
+        assert block_threads() == want
+    else:
+        with pytest.raises(UsageError, match="built for 256 or 512 threads a block") as e:
+            block_threads()
+        assert "\n" not in str(e.value) and value.strip() in str(e.value)
 
 
 def test_the_selector_takes_the_whole_cycle():

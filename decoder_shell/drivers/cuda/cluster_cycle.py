@@ -53,6 +53,16 @@ def source(q: int, rpc: int, threads: int = THREADS) -> tuple[str, str]:
     return SOURCE + PERSISTENT_SOURCE + CLUSTER_SOURCE + wrapper, entry
 
 
+def block_threads() -> int:
+    """Threads a block: DECODER_SHELL_CUDA_CLUSTER_THREADS (tuning runs) or THREADS; UsageError (one
+    line) for a count the kernel is not built for."""
+    env = os.environ.get("DECODER_SHELL_CUDA_CLUSTER_THREADS", "").strip() or str(THREADS)
+    if not env.isdigit() or int(env) not in THREAD_BUILDS:
+        raise UsageError(f"DECODER_SHELL_CUDA_CLUSTER_THREADS={env}: the cluster cycle is built for "
+                         f"{' or '.join(map(str, THREAD_BUILDS))} threads a block")
+    return int(env)
+
+
 def check_cycle(cycle, plan) -> None:
     """UsageError (one line) for a cycle the cluster kernel is not built for."""
     g = cycle.geometry
@@ -92,11 +102,7 @@ class ClusterSession(PersistentSession):
         self.plan = S.plan(cycle)
         check_cycle(cycle, self.plan)
         self.broken, self.trace = "", False
-        env_t = os.environ.get("DECODER_SHELL_CUDA_CLUSTER_THREADS", "") or str(THREADS)
-        if not env_t.isdigit() or int(env_t) not in THREAD_BUILDS:
-            raise UsageError(f"DECODER_SHELL_CUDA_CLUSTER_THREADS={env_t}: the cluster cycle is built for "
-                             f"{' or '.join(map(str, THREAD_BUILDS))} threads a block")
-        self.threads = int(env_t)
+        self.threads = block_threads()
         rows = [cycle.geometry.phase(cycle.commands[st.cmd].boundary.phase).rows for st in self.plan]
         q = cycle.geometry.hidden // 1024
         self.dyn_smem = 24 * 4 * q * (1024 // CL_SIZE) * 4  # the block's weights of one step (wsm)
