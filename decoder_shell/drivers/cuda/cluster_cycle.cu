@@ -66,6 +66,9 @@ __device__ __forceinline__ void bar_named(int id, int n) { asm volatile("bar.syn
 template <int NW>
 __device__ __forceinline__ int chain_of(int w, int i) { return w + NW * i; }
 
+#ifndef CL_ISOLATE_SK
+#define CL_ISOLATE_SK 0  // tuning; 1 was no faster at M=2 and slower at M=4 (H200, BENCHMARKS sixth session)
+#endif
 #ifndef CL_LOOKAHEAD
 #define CL_LOOKAHEAD 3  // steps ahead whose weights the copy engine prefetches into L2 (0: none)
 #endif
@@ -324,6 +327,9 @@ __device__ void cluster_cycle(const CArgs& p) {
     u64* ds = stamper && p.detail ? p.detail + (size_t)s * CL_DETAIL : nullptr;
     u64* dh = cid == 0 && b == 0 && p.detail ? p.detail + (size_t)s * CL_DETAIL : nullptr;  // (helper thread 0)
     dstamp(ds, 0);
+#if defined(CL_FETCH_LATE) && !defined(CL_NO_FETCH)
+    if (work && s > 0 && t == 0) fetch_weights<Q>(p, s, nout, r, L0, wsm, &wbar);
+#endif
     // C: stream values of this step for the block's columns
     if (work) {
       for (int i = t; i < nrows * Q * CL_LANES; i += NT) {
@@ -425,7 +431,9 @@ __device__ void cluster_cycle(const CArgs& p) {
     // every warp of this block is past its dot products: the next step's weights may land in wsm
 #ifndef CL_NO_FETCH  // timing ablation: the first step's weights stay (inexact)
     wpending = work && s + 1 < p.nsteps;
+#ifndef CL_FETCH_LATE  // tuning: the copy at the start of the next step, after this step's fold (slower)
     if (wpending && t == 0) fetch_weights<Q>(p, s + 1, nxt_nout, r, L0, wsm, &wbar);
+#endif
 #else
     wpending = false;
 #endif
@@ -462,7 +470,13 @@ __device__ void cluster_cycle(const CArgs& p) {
     dstamp_after(ds, 4, &mix[0][23]);
     // B: Sinkhorn warps (two rows each) and helper warps (y, join, the next all-reduce)
     const int nsk = work && op != OP_POST_HEAD ? (nrows + 1) / 2 : 0;
-    const int nh = (NW - nsk) * 32;  // helper threads: every warp past the Sinkhorn warps
+    // helper warps: the others, except (CL_ISOLATE_SK, one or two Sinkhorn warps) those that share a
+    // Sinkhorn warp's scheduler (warp w issues on sub-partition w % 4): the Sinkhorn is the step's serial
+    // chain, and helpers beside it slowed it from 2.5 to 4 us
+    const bool iso = CL_ISOLATE_SK && nsk >= 1 && nsk <= 2;
+    const bool helper = w >= nsk && (!iso || w % 4 >= nsk);
+    const int hw = iso ? (w / 4) * (4 - nsk) + max(0, w % 4 - nsk) : w - nsk;  // rank among helper warps
+    const int nh = (iso ? (NW / 4) * (4 - nsk) : NW - nsk) * 32;
     if (w < nsk) {
       const int hf = lane >> 4, t16 = lane & 15, mi = 2 * w + hf, mic = min(mi, nrows - 1);
       const float lg = ADD(MUL(mix[mic][2 * HC + t16], bsc_s[24 + 2]), bsc_s[2 * HC + t16]);
@@ -478,8 +492,8 @@ __device__ void cluster_cycle(const CArgs& p) {
         }
       }
       dstamp(ds, 5);
-    } else {
-      const int ht = t - nsk * 32;
+    } else if (helper) {
+      const int ht = hw * 32 + lane;
       if (work && nrows > 0) {
         if (ht < nrows * HC) {
           const int mi = ht / HC, h = ht % HC;
