@@ -49,6 +49,18 @@ def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
     assert entry.encode() in compile_cubin(src, "sm_90", FMA_FLAGS, name="cluster_cycle.cu")
 
 
+@pytest.mark.parametrize("defines", ["CL_NO_JOIN", "CL_NO_FETCH", "CL_RELAXED_ARRIVE", "CL_FOLD_NOLOAD", "CL_ISOLATE_SK=1",
+                                     "CL_FETCH_LATE", "CL_PREFETCH_EARLY CL_LOOKAHEAD=4", "CL_EVICT_FIRST=0 CL_PART_AHEAD=1"])
+def test_every_tuning_and_timing_define_builds(defines, tmp_path, monkeypatch):
+    """The defines tools/gpu_cluster.sh VARIANTS take: a tuning run on the GPU must not find a build error."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
+    src, entry = source(4, 2)
+    assert entry.encode() in compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
+
+
 @settings(max_examples=200, deadline=None)
 @given(cpr=st.integers(1, 3), cap=st.sampled_from([0, 0, 64, 1000]), offset=st.integers(-3, 3),
        direction=st.sampled_from([1, -1]), segments=st.integers(1, 3), ranks=st.integers(1, 8),

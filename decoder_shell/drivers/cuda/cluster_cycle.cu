@@ -121,13 +121,19 @@ __device__ __forceinline__ void fetch_weights(const CArgs& p, int s, int nout, i
                     "r"(smem_addr(bar)), "l"(pol) : "memory");
 }
 
-// This block's 1/16 of rank r's weights of step `st` into L2 (one bulk prefetch by the copy engine).
+// This block's 1/16 of rank r's weights (fn, nout outputs) into L2 (one bulk prefetch by the copy engine).
 template <int Q>
-__device__ __forceinline__ void prefetch_l2(const PStep& st, int r, int b) {
-  const unsigned bytes = st.nout * HC * Q * LANES * 4 / CL_SIZE;
+__device__ __forceinline__ void prefetch_fn(const float* fn, int nout, int b) {
+  const unsigned bytes = nout * HC * Q * LANES * 4 / CL_SIZE;
   asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;"
-               :: "l"((const char*)st.mh[r].fn + (size_t)b * bytes), "r"(bytes), "l"(weight_policy()) : "memory");
+               :: "l"((const char*)fn + (size_t)b * bytes), "r"(bytes), "l"(weight_policy()) : "memory");
 }
+template <int Q>
+__device__ __forceinline__ void prefetch_l2(const PStep& st, int r, int b) { prefetch_fn<Q>(st.mh[r].fn, st.nout, b); }
+
+// CL_PREFETCH_EARLY (tuning, off): the weights' L2 prefetch CL_LOOKAHEAD steps ahead issued at the start of
+// A (its address loaded at the step's start) instead of in B, so that its HBM burst (6 MiB a step at TP4)
+// does not coincide with the fold's loads of the partial sums.
 
 // The step's rows for cluster group g: [row0, row0 + n).
 __device__ __forceinline__ void rows_of(int rows, int groups, int g, int& row0, int& n) {
@@ -315,6 +321,11 @@ __device__ void cluster_cycle(const CArgs& p) {
       if (bj < nout) bsc = A.base[bj];
       else if (bj >= 24 && bj - 24 < (op == OP_POST_HEAD ? 1 : 3)) bsc = A.scale[bj - 24];
     }
+#ifdef CL_PREFETCH_EARLY
+    const bool pe = work && t == NT - 2 && s + CL_LOOKAHEAD < p.nsteps && CL_LOOKAHEAD > 0;
+    const float* pe_fn = pe ? p.steps[s + CL_LOOKAHEAD].mh[r].fn : nullptr;
+    const int pe_nout = pe ? p.steps[s + CL_LOOKAHEAD].nout : 0;
+#endif
     const PartFetch pf = work && t == NT - 1 ? part_fetch(p, s + CL_PART_AHEAD, r) : PartFetch{nullptr, 0, 0, 0};
     if (s + 1 < p.nsteps) {
       const PStep& nx = p.steps[s + 1];
@@ -366,6 +377,9 @@ __device__ void cluster_cycle(const CArgs& p) {
     // A: dot products of the block's 64 lanes (two a thread), warp w's chains over every row, then
     // the 64-lane tree; the next step's weights are requested as soon as the warp's reads are done
     if (work) {
+#ifdef CL_PREFETCH_EARLY
+      if (pe_fn) prefetch_fn<Q>(pe_fn, pe_nout, b);
+#endif
       if (wpending) {
         mbar_wait(&wbar, wphase);
         wphase ^= 1;
@@ -522,7 +536,9 @@ __device__ void cluster_cycle(const CArgs& p) {
         int nrow0, nn;
         rows_of(nh_[5], p.groups, g, nrow0, nn);
         if (t == NT - 1) prefetch_partials(pf, p.groups, g, b);  // (a helper: nsk <= 4 of 8 or 16 warps)
+#ifndef CL_PREFETCH_EARLY
         if (CL_LOOKAHEAD > 0 && ht == 32 && s + CL_LOOKAHEAD < p.nsteps) prefetch_l2<Q>(p.steps[s + CL_LOOKAHEAD], r, b);
+#endif
         // the fold's first ranks while the join waits (the poller, helper thread 0, takes no part)
         if (work && nh_[2] && ht > 0)
           load_order<Q>(p.order + p.order_off[s + 1], args_s[(s + 1) & 1].D, nrow0, nn, L0, ord_s, ht - 1, nh - 1);
