@@ -146,6 +146,17 @@ __device__ __forceinline__ void rows_of(int rows, int groups, int g, int& row0, 
 // in the contract's order, starting from the rank the host took from contracts.allreduce.rank_order, the
 // same additions and roundings: ring_fold_ordered; the output written) or read from the buffer; threads
 // [t0, t0 + nt).
+// Element i of a block's [rows][Q][64] slice (the layout of xs and ord_s): its row mi of the cluster's,
+// lane step q, lane l, and its column of D (every loop over the block's columns walks i).
+struct Slot {
+  int mi, q, l, col;
+};
+template <int Q>
+__device__ __forceinline__ Slot slot_of(int i, int L0) {
+  const int q = (i / CL_LANES) % Q, l = i % CL_LANES;
+  return Slot{i / (Q * CL_LANES), q, l, L0 + l + q * LANES};
+}
+
 // The first rank of every element this block folds at the next all-reduce, from the host table into
 // shared memory (indexed as xs): static metadata, so it is loaded before the join, and the fold after the
 // join waits only for the partials.
@@ -153,8 +164,8 @@ template <int Q>
 __device__ __forceinline__ void load_order(const unsigned char* first, int D, int row0, int nrows, int L0,
                                            unsigned char* ord, int it, int nt) {
   for (int i = it; i < nrows * Q * CL_LANES; i += nt) {
-    const int mi = i / (Q * CL_LANES), q = (i / CL_LANES) % Q, l = i % CL_LANES;
-    ord[i] = first[(row0 + mi) * D + L0 + l + q * LANES];
+    const Slot e = slot_of<Q>(i, L0);
+    ord[i] = first[(row0 + e.mi) * D + e.col];
   }
 }
 
@@ -170,8 +181,8 @@ __device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, const unsign
 #pragma unroll
     for (int k = 0; k < B; k++) {
       const int i = i0 + k * nt;
-      const int mi = i / (Q * CL_LANES), q = (i / CL_LANES) % Q, l = i % CL_LANES;
-      e[k] = i < n ? (row0 + mi) * a.D + L0 + l + q * LANES : -1;
+      const Slot sl = slot_of<Q>(i, L0);
+      e[k] = i < n ? (row0 + sl.mi) * a.D + sl.col : -1;
       if (e[k] < 0) continue;
       if (fused) {
         int rr = ord[i];
@@ -198,8 +209,8 @@ __device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, const unsign
         x = ring_fold_ordered(v[k], c);
         st(a.ar_out, e[k], x, c.is_bf16);
       }
-      const int i = i0 + k * nt;
-      xs[i / (Q * CL_LANES)][(i / CL_LANES) % Q][i % CL_LANES] = x;
+      const Slot sl = slot_of<Q>(i0 + k * nt, L0);
+      xs[sl.mi][sl.q][sl.l] = x;
     }
   }
 }
@@ -344,8 +355,8 @@ __device__ void cluster_cycle(const CArgs& p) {
     // C: stream values of this step for the block's columns
     if (work) {
       for (int i = t; i < nrows * Q * CL_LANES; i += NT) {
-        const int mi = i / (Q * CL_LANES), q = (i / CL_LANES) % Q, l = i % CL_LANES;
-        const int m = row0 + mi, d = L0 + l + q * LANES;
+        const Slot sl = slot_of<Q>(i, L0);
+        const int mi = sl.mi, q = sl.q, l = sl.l, m = row0 + mi, d = sl.col;
         const float x = xs[mi][q][l];
         float res[HC], pin[HC], cb[HC * HC];
         if (op != OP_PRE) {
@@ -515,12 +526,13 @@ __device__ void cluster_cycle(const CArgs& p) {
         }
         bar_named(1, nh);
         for (int i = ht; i < nrows * Q * CL_LANES; i += nh) {
-          const int mi = i / (Q * CL_LANES), q = (i / CL_LANES) % Q, l = i % CL_LANES;
+          const Slot sl = slot_of<Q>(i, L0);
+          const int mi = sl.mi, q = sl.q, l = sl.l;
           float v = MUL(pre_s[mi][0], sv[mi][0 * Q + q][l]);
           v = ADD(v, MUL(pre_s[mi][1], sv[mi][1 * Q + q][l]));
           v = ADD(v, MUL(pre_s[mi][2], sv[mi][2 * Q + q][l]));
           v = ADD(v, MUL(pre_s[mi][3], sv[mi][3 * Q + q][l]));
-          A.y[(size_t)(row0 + mi) * A.D + L0 + l + q * LANES] = f2bf(v);
+          A.y[(size_t)(row0 + mi) * A.D + sl.col] = f2bf(v);
         }
         if (ht == 0) dstamp(dh, 8);
       }
