@@ -41,6 +41,19 @@ def test_every_instance_builds_for_sm90_without_spills_and_with_matching_layout(
     assert rep["registers"] <= 255 and rep["smem"] < 48 * 1024, rep  # static; the weights are dynamic
 
 
+@pytest.mark.parametrize("ranks", [1, 3, 8])
+def test_the_fold_builds_for_every_rank_count(ranks, tmp_path, monkeypatch):
+    """The all-reduce fold is unrolled over the cycle's ranks (a build parameter): the ends of the range
+    and an odd count build without spills too (the instance test above builds four ranks)."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
+    from decoder_shell.drivers.cuda.nvrtc import ptxas_report
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    src, entry = source(4, 8, THREADS, ranks)
+    assert entry.endswith(f"_n{ranks}")
+    rep = ptxas_report(src, "sm_90", name="cluster_cycle.cu")[entry]
+    assert rep["spill_stores"] == 0 and rep["spill_loads"] == 0 and rep["stack"] == 0, rep
+
+
 def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
     from decoder_shell.drivers.cuda.nvrtc import FMA_FLAGS, compile_cubin
@@ -50,7 +63,8 @@ def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("defines", ["CL_NO_JOIN", "CL_NO_FETCH", "CL_RELAXED_ARRIVE", "CL_FOLD_NOLOAD", "CL_ISOLATE_SK=1",
-                                     "CL_FETCH_LATE", "CL_PREFETCH_EARLY CL_LOOKAHEAD=4", "CL_EVICT_FIRST=0 CL_PART_AHEAD=1"])
+                                     "CL_FETCH_LATE", "CL_PREFETCH_EARLY CL_LOOKAHEAD=4", "CL_EVICT_FIRST=0 CL_PART_AHEAD=1",
+                                     "CL_COUNTER_JOIN", "CL_LL_WORDS=4"])
 def test_every_tuning_and_timing_define_builds(defines, tmp_path, monkeypatch):
     """The defines tools/gpu_cluster.sh VARIANTS take: a tuning run on the GPU must not find a build error."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")

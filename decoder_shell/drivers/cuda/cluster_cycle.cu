@@ -57,6 +57,10 @@ struct CArgs {
   const long long* order_off;      // [nsteps]: where step s's [rows * D] bytes start in `order`
   int box_rows;                    // rows of one tensor-map box (the weights come in nout*4Q / box_rows boxes)
   int pad2_;
+  u64* ll;                         // null, or [2][ranks][ll_stride] flag-and-data words of the all-reduces (ll_join)
+  long long ll_stride;             // words of one rank's region: the most rows of a step x D
+  unsigned ll_seq0;                // the sequence number step 0's words carry (s: ll_seq0 + s; never 0)
+  int pad3_;
 };
 
 __device__ __forceinline__ void bar_named(int id, int n) { asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory"); }
@@ -142,10 +146,6 @@ __device__ __forceinline__ void rows_of(int rows, int groups, int g, int& row0, 
   n = max(0, min(rows - row0, per));
 }
 
-// x of step s for this block's columns of its rows: the all-reduce folded (every rank's partial read
-// in the contract's order, starting from the rank the host took from contracts.allreduce.rank_order, the
-// same additions and roundings: ring_fold_ordered; the output written) or read from the buffer; threads
-// [t0, t0 + nt).
 // Element i of a block's [rows][Q][64] slice (the layout of xs and ord_s): its row mi of the cluster's,
 // lane step q, lane l, and its column of D (every loop over the block's columns walks i).
 struct Slot {
@@ -159,60 +159,262 @@ __device__ __forceinline__ Slot slot_of(int i, int L0) {
 
 // The first rank of every element this block folds at the next all-reduce, from the host table into
 // shared memory (indexed as xs): static metadata, so it is loaded before the join, and the fold after the
-// join waits only for the partials.
+// join waits only for the partials. Four bytes a thread in flight at once (one at a time, each load's
+// latency was paid in turn: up to four L2 or HBM round trips a thread at M=8).
 template <int Q>
 __device__ __forceinline__ void load_order(const unsigned char* first, int D, int row0, int nrows, int L0,
                                            unsigned char* ord, int it, int nt) {
-  for (int i = it; i < nrows * Q * CL_LANES; i += nt) {
-    const Slot e = slot_of<Q>(i, L0);
-    ord[i] = first[(row0 + e.mi) * D + e.col];
-  }
-}
-
-template <int Q>
-__device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, const unsigned char* ord, int row0, int nrows,
-                                       int L0, float (*xs)[Q][CL_LANES], int it, int nt) {
-  constexpr int B = 4;  // elements a thread folds at once: their loads are all in flight together
-  const Ring& c = a.ring;
+  constexpr int B = 4;
   const int n = nrows * Q * CL_LANES;
   for (int i0 = it; i0 < n; i0 += B * nt) {
-    int e[B];
-    float v[B][MAXR];
+    unsigned char v[B];
 #pragma unroll
     for (int k = 0; k < B; k++) {
       const int i = i0 + k * nt;
-      const Slot sl = slot_of<Q>(i, L0);
-      e[k] = i < n ? (row0 + sl.mi) * a.D + sl.col : -1;
-      if (e[k] < 0) continue;
-      if (fused) {
-        int rr = ord[i];
+      const Slot e = slot_of<Q>(i < n ? i : i0, L0);
+      v[k] = i < n ? first[(row0 + e.mi) * D + e.col] : 0;
+    }
 #pragma unroll
-        for (int t = 0; t < MAXR; t++) {
-          if (t < c.ranks) {
-            v[k][t] = ld(a.peers[rr], e[k], c.is_bf16);
-            rr += c.dir;
-            rr = rr == c.ranks ? 0 : rr < 0 ? c.ranks - 1 : rr;
-          }
-        }
-      } else {
-        v[k][0] = ld(a.x, e[k], a.x_is_bf16);
-      }
-#ifdef CL_FOLD_NOLOAD  // timing ablation: the fold without its loads of the partials (inexact)
-      for (int t = 0; t < MAXR; t++) v[k][t] = (float)ord[i];
-#endif
+    for (int k = 0; k < B; k++)
+      if (i0 + k * nt < n) ord[i0 + k * nt] = v[k];
+  }
+}
+
+// Element e's partial from every rank of the all-reduce (R: the cycle's ranks, a build parameter), in
+// the contract's order starting at rank `first` (the rank of fold step t is walked by the direction with
+// wrap-around), as raw bits: every load is issued before any is used. (Through ld(), whose bf16/fp32
+// select joined each load with its use, the compiler issued an element's loads one after the other,
+// each waiting for the one before: R L2 round trips a fold instead of one.)
+template <bool BF, int R>
+__device__ __forceinline__ void load_ranks(const MhcArgs& a, int first, size_t e, unsigned (&raw)[R]) {
+  const int dir = a.ring.dir;
+  int rr = first;
+#pragma unroll
+  for (int t = 0; t < R; t++) {
+    const void* src = a.peers[rr];
+    raw[t] = BF ? (unsigned)__ldcg((const unsigned short*)src + e) : __float_as_uint(__ldcg((const float*)src + e));
+    rr += dir;
+    rr = rr == R ? 0 : rr < 0 ? R - 1 : rr;
+  }
+}
+
+// x of step s for this block's columns of its rows, threads [t0, t0 + nt): the all-reduce folded (every
+// rank's partial read in the contract's order, starting from the rank the host took from
+// contracts.allreduce.rank_order (ord), the same additions and roundings: ring_fold_ordered; the output
+// written), B elements a thread at once with all their loads in flight together.
+template <int Q, bool BF, int R>
+__device__ __forceinline__ void fold_ranks(const MhcArgs& a, const unsigned char* ord, int row0, int nrows, int L0,
+                                           float (*xs)[Q][CL_LANES], int it, int nt) {
+  constexpr int B = 4;
+  const Ring& c = a.ring;
+  const int n = nrows * Q * CL_LANES;
+  for (int i0 = it; i0 < n; i0 += B * nt) {
+    unsigned raw[B][R];
+    size_t e[B];
+#pragma unroll
+    for (int k = 0; k < B; k++) {
+      const int i = i0 + k * nt;
+      const Slot sl = slot_of<Q>(i < n ? i : i0, L0);  // (past the end: element i0's loads again, unused)
+      e[k] = (size_t)(row0 + sl.mi) * a.D + sl.col;
+      load_ranks<BF, R>(a, ord[i < n ? i : i0], e[k], raw[k]);
     }
 #pragma unroll
     for (int k = 0; k < B; k++) {
-      if (e[k] < 0) continue;
-      float x = v[k][0];
-      if (fused) {
-        x = ring_fold_ordered(v[k], c);
-        st(a.ar_out, e[k], x, c.is_bf16);
-      }
-      const Slot sl = slot_of<Q>(i0 + k * nt, L0);
+      const int i = i0 + k * nt;
+      if (i >= n) continue;
+      float v[R];
+#pragma unroll
+      for (int t = 0; t < R; t++) v[t] = BF ? __uint_as_float(raw[k][t] << 16) : __uint_as_float(raw[k][t]);
+#ifdef CL_FOLD_NOLOAD  // timing ablation: the fold without waiting for its loads of the partials (inexact)
+      for (int t = 0; t < R; t++) v[t] = (float)ord[i];
+#endif
+      const float x = ring_fold_ordered(v, c);
+      st(a.ar_out, e[k], x, BF);
+      const Slot sl = slot_of<Q>(i, L0);
       xs[sl.mi][sl.q][sl.l] = x;
     }
   }
+}
+
+// x of step s: folded (fused all-reduce), or read from the buffer (B elements' loads in flight at once).
+template <int Q, int R>
+__device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, const unsigned char* ord, int row0, int nrows,
+                                       int L0, float (*xs)[Q][CL_LANES], int it, int nt) {
+  if (fused) {
+    if (a.ring.is_bf16) fold_ranks<Q, true, R>(a, ord, row0, nrows, L0, xs, it, nt);
+    else fold_ranks<Q, false, R>(a, ord, row0, nrows, L0, xs, it, nt);
+    return;
+  }
+  constexpr int B = 4;
+  const int n = nrows * Q * CL_LANES;
+  for (int i0 = it; i0 < n; i0 += B * nt) {
+    float v[B];
+#pragma unroll
+    for (int k = 0; k < B; k++) {
+      const int i = i0 + k * nt;
+      const Slot sl = slot_of<Q>(i < n ? i : i0, L0);
+      v[k] = ld(a.x, (size_t)(row0 + sl.mi) * a.D + sl.col, a.x_is_bf16);
+    }
+#pragma unroll
+    for (int k = 0; k < B; k++) {
+      const int i = i0 + k * nt;
+      if (i >= n) continue;
+      const Slot sl = slot_of<Q>(i, L0);
+      xs[sl.mi][sl.q][sl.l] = v[k];
+    }
+  }
+}
+
+#if defined(CL_COUNTER_JOIN) || defined(CL_NO_JOIN)
+#define CL_LL_JOIN 0  // tuning: every all-reduce joins on the grid's counter (CL_NO_JOIN: on nothing)
+#else
+#define CL_LL_JOIN 1
+#endif
+// Element i of the block's slice of a step whose rows start at row0: its index in a [rows][D] buffer.
+template <int Q>
+__device__ __forceinline__ size_t elem_of(int i, int L0, int row0, int D) {
+  const Slot sl = slot_of<Q>(i, L0);
+  return (size_t)(row0 + sl.mi) * D + sl.col;
+}
+
+// The all-reduce's join as flag-and-data words (the low-latency protocol): after every block of its
+// cluster has stored y (one cluster barrier: with one row group a rank, the cluster is the whole rank),
+// each block writes its columns of its rank's partial sum of the next all-reduce as 64-bit words, the
+// sequence number of the step in the high half and the value's bits in the low half, one store each;
+// the fold reads every rank's word for its elements and waits until each carries this step's sequence,
+// so data and arrival come in one load (single-copy atomic), with no gpu-scope fence, no counter and no
+// second round trip for the data. A partial is written by its own rank only after that whole rank
+// stored y: the same order the counter join keeps, per rank instead of for the whole grid. Words live
+// in two buffers by step parity: a rank overwrites a buffer two steps later only after it read every
+// rank's words of the step between, which each rank wrote after it finished reading this one.
+__device__ __forceinline__ u64 ld_word(const u64* p) {
+  u64 v;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_word(u64* p, u64 v) {
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void cluster_arrive_any() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait_any() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
+// Raw bits of this rank's own partial (the value its words carry): loaded before the barrier, as a
+// producer holds what it is about to publish.
+template <bool BF>
+__device__ __forceinline__ unsigned own_bits(const void* src, size_t e) {
+  return BF ? (unsigned)__ldcg((const unsigned short*)src + e) : __float_as_uint(__ldcg((const float*)src + e));
+}
+#ifndef CL_LL_WORDS
+#define CL_LL_WORDS 8  // words a thread waits for at once (CL_LL_WORDS / R elements; more spilled at 512 threads)
+#endif
+// The fold of the next all-reduce over flag-and-data words, for the elements this thread published:
+// i = it + j*nt, j < NE with their first ranks in registers (first_of(fp, j), from the host table), B at a
+// time with every rank's word of each loaded at once; elements past NE (none for the built shapes) one at
+// a time with their first rank read from the table (ordg).
+template <int Q, bool BF, int R>
+__device__ __forceinline__ void fold_ll_one(const MhcArgs& a, const u64* ll, long long stride, unsigned seq, int e, int first,
+                                            int i, int L0, float (*xs)[Q][CL_LANES], bool work, int* err, u64 timeout_ns,
+                                            int step, bool& ok);
+// First ranks of a thread's elements packed four bits each (ranks < 8), eight a register.
+template <int N>
+__device__ __forceinline__ int first_of(const unsigned (&fp)[N], int j) { return (fp[j / 8] >> (4 * (j % 8))) & 15u; }
+template <int Q, bool BF, int R, int NE>
+__device__ __forceinline__ void fold_ll(const MhcArgs& a, const u64* ll, long long stride, unsigned seq,
+                                        const unsigned (&fp)[(NE + 7) / 8], const unsigned char* ordg, int row0, int nrows,
+                                        int L0, float (*xs)[Q][CL_LANES], int it, int nt, bool work, int* err,
+                                        u64 timeout_ns, int step) {
+  constexpr int B = CL_LL_WORDS / R > 0 ? CL_LL_WORDS / R : 1;
+  const Ring& c = a.ring;
+  const int n = nrows * Q * CL_LANES, dir = c.dir;
+  bool ok = true;
+#pragma unroll
+  for (int j0 = 0; j0 < NE; j0 += B) {
+    if (it + j0 * nt >= n) break;
+    u64 wv[B][R];
+    int e[B];
+#pragma unroll
+    for (int k = 0; k < B; k++) {
+      const int j = j0 + k, i = it + j * nt;
+      const bool on = j < NE && i < n;  // (otherwise element j0's words again, unused)
+      e[k] = (int)elem_of<Q>(on ? i : it + j0 * nt, L0, row0, a.D);
+      int rr = on ? first_of(fp, j < NE ? j : j0) : first_of(fp, j0);
+#pragma unroll
+      for (int t = 0; t < R; t++) {
+        wv[k][t] = ld_word(ll + rr * stride + e[k]);
+        rr += dir;
+        rr = rr == R ? 0 : rr < 0 ? R - 1 : rr;
+      }
+    }
+    // until every word carries this step's sequence: the words not yet there read again, one round trip a
+    // round; after timeout_ns (or once another wait set err) the launch is ended by the watchdog
+    const u64 t0 = globaltimer();
+    for (unsigned rnd = 0; ok; rnd++) {
+      bool pending = false;
+#pragma unroll
+      for (int k = 0; k < B; k++) {
+        const int j = j0 + k;
+        int rr = it + j * nt < n ? first_of(fp, j < NE ? j : j0) : first_of(fp, j0);  // (static indices: no local memory)
+#pragma unroll
+        for (int t = 0; t < R; t++) {
+          if ((unsigned)(wv[k][t] >> 32) != seq) {
+            pending = true;
+            wv[k][t] = ld_word(ll + rr * stride + e[k]);
+          }
+          rr += dir;
+          rr = rr == R ? 0 : rr < 0 ? R - 1 : rr;
+        }
+      }
+      if (!pending) break;
+      if ((rnd & 15) == 15) {
+        if (*(volatile int*)err) ok = false;
+        else if (globaltimer() - t0 > timeout_ns) { atomicCAS(err, 0, step + 1); ok = false; }
+      }
+    }
+    if (!work || !ok) continue;
+#pragma unroll
+    for (int k = 0; k < B; k++) {
+      const int j = j0 + k, i = it + j * nt;
+      if (j >= NE || i >= n) continue;
+      float v[R];
+#pragma unroll
+      for (int t = 0; t < R; t++) v[t] = __uint_as_float(BF ? ((unsigned)wv[k][t] & 0xffffu) << 16 : (unsigned)wv[k][t]);
+      const float x = ring_fold_ordered(v, c);
+      st(a.ar_out, (size_t)e[k], x, BF);
+      const Slot sl = slot_of<Q>(i, L0);
+      xs[sl.mi][sl.q][sl.l] = x;
+    }
+  }
+  for (int i = it + NE * nt; i < n; i += nt) {
+    const int e = (int)elem_of<Q>(i, L0, row0, a.D);
+    fold_ll_one<Q, BF, R>(a, ll, stride, seq, e, ordg[e], i, L0, xs, work, err, timeout_ns, step, ok);
+  }
+}
+template <int Q, bool BF, int R>
+__device__ __forceinline__ void fold_ll_one(const MhcArgs& a, const u64* ll, long long stride, unsigned seq, int e, int first,
+                                            int i, int L0, float (*xs)[Q][CL_LANES], bool work, int* err, u64 timeout_ns,
+                                            int step, bool& ok) {
+  float v[R];
+  int rr = first;
+  const u64 t0 = globaltimer();
+#pragma unroll
+  for (int t = 0; t < R; t++) {
+    u64 wd = ld_word(ll + rr * stride + e);
+    for (unsigned n = 0; ok && (unsigned)(wd >> 32) != seq; n++) {
+      if ((n & 15) == 15) {
+        if (*(volatile int*)err) ok = false;
+        else if (globaltimer() - t0 > timeout_ns) { atomicCAS(err, 0, step + 1); ok = false; }
+      }
+      wd = ld_word(ll + rr * stride + e);
+    }
+    v[t] = __uint_as_float(BF ? ((unsigned)wd & 0xffffu) << 16 : (unsigned)wd);
+    rr += a.ring.dir;
+    rr = rr == R ? 0 : rr < 0 ? R - 1 : rr;
+  }
+  if (!work || !ok) return;
+  const float x = ring_fold_ordered(v, a.ring);
+  st(a.ar_out, (size_t)e, x, BF);
+  const Slot sl = slot_of<Q>(i, L0);
+  xs[sl.mi][sl.q][sl.l] = x;
 }
 
 #ifndef CL_PART_AHEAD
@@ -263,11 +465,15 @@ __device__ __forceinline__ void dstamp_after(u64* st, int k, const void* word) {
   st[k] = v;
 }
 
-template <int Q, int RPC, int NT>
+template <int Q, int RPC, int NT, int R>
 __device__ void cluster_cycle(const CArgs& p) {
   constexpr int NW = NT / 32, NCH = (CL_CHAINS + NW - 1) / NW;  // warps; chains a warp
   constexpr int AW = sizeof(MhcArgs) / 8;                        // 8-byte words of one step's arguments
-  static_assert(AW + 10 <= NT, "a thread per word of the next step's arguments and header");
+  static_assert(AW + 11 <= NT, "a thread per word of the next step's arguments, header and order offset");
+  // elements a helper thread publishes at the flag-and-data join, for the fewest helpers a step leaves
+  constexpr int NH_MIN = 32 * (CL_ISOLATE_SK ? ((NW / 4) * 2 < NW - (RPC + 1) / 2 ? (NW / 4) * 2 : NW - (RPC + 1) / 2)
+                                             : NW - (RPC + 1) / 2);
+  constexpr int NE = (RPC * Q * CL_LANES + NH_MIN - 1) / NH_MIN;
   __shared__ __align__(16) float sv[RPC][HC * Q][CL_LANES];   // this block's stream values (fp32 of the bf16), element order u
   __shared__ float xs[RPC][Q][CL_LANES];        // x of the next step (folded)
   __shared__ float part[2][RPC][25];            // the block's partials: [0] sum of squares, [1 + o] output o
@@ -277,6 +483,7 @@ __device__ void cluster_cycle(const CArgs& p) {
   __shared__ float bsc_s[24 + 3];               // the step's base [nout] and scale [3 or 1] (loaded in C, stored in X)
   __shared__ MhcArgs args_s[2];                 // step s's arguments for this rank at [s & 1]
   __shared__ int hdr_s[2][10];                  // step s's header (PStep's first ten ints) at [s & 1]
+  __shared__ long long ordoff_s[2];             // where step s's first ranks start in the order table, at [s & 1]
   __shared__ u64 wbar;                          // the block's weights of the step have landed
   __shared__ unsigned char ord_s[RPC * Q * CL_LANES];  // first ranks of the next fold (load_order)
   extern __shared__ __align__(128) float wsm[];  // [24][HC * Q][64]: this block's weights of the step
@@ -298,6 +505,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     const PStep& st = p.steps[0];
     copy_args_range(&args_s[0], st.mh[r], 0, NT);
     if (t < 10) hdr_s[0][t] = (&st.kind)[t];
+    if (t == 10) ordoff_s[0] = p.order_off[0];
     if (work && t == NT - 1)
       for (int k = 1; k < CL_PART_AHEAD; k++) prefetch_partials(part_fetch(p, k, r), p.groups, g, b);
     __syncthreads();
@@ -310,7 +518,7 @@ __device__ void cluster_cycle(const CArgs& p) {
         for (int k = 1; k < CL_LOOKAHEAD && k < p.nsteps; k++) prefetch_l2<Q>(p.steps[k], r, b);
       if (st.fused) load_order<Q>(p.order + p.order_off[0], args_s[0].D, row0, nrows, L0, ord_s, t, NT);
       __syncthreads();
-      fold_x<Q>(args_s[0], st.fused, ord_s, row0, nrows, L0, xs, t, NT);
+      fold_x<Q, R>(args_s[0], st.fused, ord_s, row0, nrows, L0, xs, t, NT);
     }
     __syncthreads();
   }
@@ -342,6 +550,7 @@ __device__ void cluster_cycle(const CArgs& p) {
       const PStep& nx = p.steps[s + 1];
       if (t < AW) nx_w = reinterpret_cast<const u64*>(&nx.mh[r])[t];
       else if (t < AW + 10) nx_w = (unsigned)(&nx.kind)[t - AW];
+      else if (t == AW + 10) nx_w = (u64)p.order_off[s + 1];
     }
     int row0, nrows;
     rows_of(hd[5], p.groups, g, row0, nrows);
@@ -489,6 +698,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     if (s + 1 < p.nsteps) {
       if (t < AW) reinterpret_cast<u64*>(&args_s[(s + 1) & 1])[t] = nx_w;
       else if (t < AW + 10) hdr_s[(s + 1) & 1][t - AW] = (int)nx_w;
+      else if (t == AW + 10) ordoff_s[(s + 1) & 1] = (long long)nx_w;
     }
     if (bj >= 0 && bj < 27) bsc_s[bj] = bsc;
     __syncthreads();
@@ -502,6 +712,10 @@ __device__ void cluster_cycle(const CArgs& p) {
     const bool helper = w >= nsk && (!iso || w % 4 >= nsk);
     const int hw = iso ? (w / 4) * (4 - nsk) + max(0, w % 4 - nsk) : w - nsk;  // rank among helper warps
     const int nh = (iso ? (NW / 4) * (4 - nsk) : NW - nsk) * 32;
+    // the flag-and-data join (one row group a rank, a fused all-reduce next; CL_COUNTER_JOIN: the counter)
+    const bool ll = CL_LL_JOIN && p.ll && p.groups == 1 && s + 1 < p.nsteps && hdr_s[(s + 1) & 1][2];
+    if (ll && !helper) cluster_arrive_relaxed();  // warps that make no y arrive at the rank's barrier at once
+                                                  // (relaxed: they publish nothing through it)
     if (w < nsk) {
       const int hf = lane >> 4, t16 = lane & 15, mi = 2 * w + hf, mic = min(mi, nrows - 1);
       const float lg = ADD(MUL(mix[mic][2 * HC + t16], bsc_s[24 + 2]), bsc_s[2 * HC + t16]);
@@ -519,6 +733,28 @@ __device__ void cluster_cycle(const CArgs& p) {
       dstamp(ds, 5);
     } else if (helper) {
       const int ht = hw * 32 + lane;
+      const int* nh_ = hdr_s[(s + 1) & 1];  // the next step's header and arguments (copied in X)
+      const MhcArgs& A1 = args_s[(s + 1) & 1];
+      int nrow0 = 0, nn = 0;
+      if (s + 1 < p.nsteps) rows_of(nh_[5], p.groups, g, nrow0, nn);
+      const int n1 = nn * Q * CL_LANES;
+      // flag-and-data join: this rank's partial of the next all-reduce for the elements this thread
+      // publishes (i = ht + j*nh; a producer holds what it publishes) and their first ranks in the fold
+      // (the host table): loaded into registers before y, used after the rank's barrier
+      const unsigned char* ordg = s + 1 < p.nsteps ? p.order + ordoff_s[(s + 1) & 1] : nullptr;  // (offset copied in X)
+      // (nothing uses them before the barrier: a use, even a shift into a packed word, would stall the warp
+      // until the load returns, before y)
+      unsigned own[NE], firstb[NE];
+      if (ll) {
+        const bool bf = A1.ring.is_bf16;
+#pragma unroll
+        for (int j = 0; j < NE; j++) {
+          const bool on = ht + j * nh < n1;
+          const size_t e = elem_of<Q>(on ? ht + j * nh : 0, L0, nrow0, A1.D);
+          own[j] = !on ? 0u : bf ? own_bits<true>(A1.peers[r], e) : own_bits<false>(A1.peers[r], e);
+          firstb[j] = on ? ordg[e] : 0u;
+        }
+      }
       if (work && nrows > 0) {
         if (ht < nrows * HC) {
           const int mi = ht / HC, h = ht % HC;
@@ -536,38 +772,71 @@ __device__ void cluster_cycle(const CArgs& p) {
         }
         if (ht == 0) dstamp(dh, 8);
       }
-      bar_named(1, nh);  // every y of this block is stored before its arrival
-#ifdef CL_NO_JOIN  // timing ablation: clusters never wait for each other (the all-reduces lose their join)
-      if (false)
-#else
-      if (ht == 0 && !(skipper && s == p.skip_step))
-#endif
-        asm volatile("red.release.gpu.global.add.u64 [%0], %1;" :: "l"(p.join + s), "l"(1ull) : "memory");
-      if (s + 1 < p.nsteps) {
-        const int* nh_ = hdr_s[(s + 1) & 1];  // the next step's header (copied in X)
-        int nrow0, nn;
-        rows_of(nh_[5], p.groups, g, nrow0, nn);
-        if (t == NT - 1) prefetch_partials(pf, p.groups, g, b);  // (a helper: nsk <= 4 of 8 or 16 warps)
+      if (ll) {
+        // the rank's barrier: every block of this cluster (the whole rank) has stored y
+        cluster_arrive_any();
+        if (t == NT - 1) prefetch_partials(pf, p.groups, g, b);
 #ifndef CL_PREFETCH_EARLY
         if (CL_LOOKAHEAD > 0 && ht == 32 && s + CL_LOOKAHEAD < p.nsteps) prefetch_l2<Q>(p.steps[s + CL_LOOKAHEAD], r, b);
 #endif
-        // the fold's first ranks while the join waits (the poller, helper thread 0, takes no part)
-        if (work && nh_[2] && ht > 0)
-          load_order<Q>(p.order + p.order_off[s + 1], args_s[(s + 1) & 1].D, nrow0, nn, L0, ord_s, ht - 1, nh - 1);
-        if (ht == 0) {
-#ifndef CL_NO_JOIN
-          poll_at_least(p.join + s, target, p.err, p.timeout_ns, s);  // every block of every rank arrived
-#endif
-          dstamp(dh, 7);  // join passed
+        cluster_wait_any();
+        if (ht == 0) dstamp(dh, 7);
+        const unsigned seq = p.ll_seq0 + (unsigned)s;
+        const u64 tagw = (u64)seq << 32;
+        u64* mine = p.ll + ((size_t)(s & 1) * R + r) * p.ll_stride;
+        if (!(skipper && s == p.skip_step)) {  // (the watchdog test: the last cluster never publishes)
+#pragma unroll
+          for (int j = 0; j < NE; j++)
+            if (ht + j * nh < n1) st_word(mine + elem_of<Q>(ht + j * nh, L0, nrow0, A1.D), tagw | own[j]);
+          for (int i = ht + NE * nh; i < n1; i += nh) {  // (more elements than NE: none for the built shapes)
+            const size_t e = elem_of<Q>(i, L0, nrow0, A1.D);
+            st_word(mine + e, tagw | (A1.ring.is_bf16 ? own_bits<true>(A1.peers[r], e) : own_bits<false>(A1.peers[r], e)));
+          }
         }
-        bar_named(1, nh);
-        if (ht == 0) dstamp_after(dh, 10, &ord_s[0]);
-        if (work) {
-          fold_x<Q>(args_s[(s + 1) & 1], nh_[2], ord_s, nrow0, nn, L0, xs, ht, nh);
-          if (ht == 0) dstamp(dh, 9);
+        if (ht == 0) dstamp(dh, 10);
+        unsigned firstv[(NE + 7) / 8];  // packed after the barrier (the loads have long landed): fewer registers in the fold
+#pragma unroll
+        for (int j = 0; j < (NE + 7) / 8; j++) firstv[j] = 0u;
+#pragma unroll
+        for (int j = 0; j < NE; j++) firstv[j / 8] |= firstb[j] << (4 * (j % 8));
+        const u64* words = p.ll + (size_t)(s & 1) * R * p.ll_stride;
+        if (A1.ring.is_bf16)
+          fold_ll<Q, true, R, NE>(A1, words, p.ll_stride, seq, firstv, ordg, nrow0, nn, L0, xs, ht, nh, work, p.err, p.timeout_ns, s);
+        else
+          fold_ll<Q, false, R, NE>(A1, words, p.ll_stride, seq, firstv, ordg, nrow0, nn, L0, xs, ht, nh, work, p.err, p.timeout_ns, s);
+        if (ht == 0) dstamp(dh, 9);
+      } else {
+        bar_named(1, nh);  // every y of this block is stored before its arrival
+#ifdef CL_NO_JOIN  // timing ablation: clusters never wait for each other (the all-reduces lose their join)
+        if (false)
+#else
+        if (ht == 0 && !(skipper && s == p.skip_step))
+#endif
+          asm volatile("red.release.gpu.global.add.u64 [%0], %1;" :: "l"(p.join + s), "l"(1ull) : "memory");
+        if (s + 1 < p.nsteps) {
+          if (t == NT - 1) prefetch_partials(pf, p.groups, g, b);  // (a helper: nsk <= 4 of 8 or 16 warps)
+#ifndef CL_PREFETCH_EARLY
+          if (CL_LOOKAHEAD > 0 && ht == 32 && s + CL_LOOKAHEAD < p.nsteps) prefetch_l2<Q>(p.steps[s + CL_LOOKAHEAD], r, b);
+#endif
+          // the fold's first ranks while the join waits (the poller, helper thread 0, takes no part)
+          if (work && nh_[2] && ht > 0)
+            load_order<Q>(ordg, A1.D, nrow0, nn, L0, ord_s, ht - 1, nh - 1);
+          if (ht == 0) {
+#ifndef CL_NO_JOIN
+            poll_at_least(p.join + s, target, p.err, p.timeout_ns, s);  // every block of every rank arrived
+#endif
+            dstamp(dh, 7);  // join passed
+          }
+          bar_named(1, nh);
+          if (ht == 0) dstamp_after(dh, 10, &ord_s[0]);
+          if (work) {
+            fold_x<Q, R>(A1, nh_[2], ord_s, nrow0, nn, L0, xs, ht, nh);
+            if (ht == 0) dstamp(dh, 9);
+          }
         }
       }
     }
+    if (ll && !helper) cluster_wait_any();
     __syncthreads();
     dstamp_after(ds, 6, &xs[0][0][CL_LANES - 1]);
   }
@@ -577,4 +846,4 @@ __device__ void cluster_cycle(const CArgs& p) {
   cluster_wait();
 }
 
-// Instantiations are generated by the driver: cluster_q<Q>_r<RPC>_t<NT>.
+// Instantiations are generated by the driver: cluster_q<Q>_r<RPC>_t<NT>_n<R>.

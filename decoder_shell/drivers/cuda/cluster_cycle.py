@@ -43,13 +43,17 @@ class CArgs(C.Structure):
                 ("timeout_ns", S.A.u64), ("trace", S.A.u64), ("detail", S.A.u64), ("tag", S.A.u64),
                 ("rank0", C.c_int), ("nlocal", C.c_int), ("groups", C.c_int), ("mode", C.c_int),
                 ("skip_step", C.c_int), ("pad_", C.c_int), ("tmaps", S.A.u64), ("order", S.A.u64),
-                ("order_off", S.A.u64), ("box_rows", C.c_int), ("pad2_", C.c_int)]
+                ("order_off", S.A.u64), ("box_rows", C.c_int), ("pad2_", C.c_int), ("ll", S.A.u64),
+                ("ll_stride", C.c_longlong), ("ll_seq0", C.c_uint), ("pad3_", C.c_int)]
 
 
-def source(q: int, rpc: int, threads: int = THREADS) -> tuple[str, str]:
-    entry = f"cluster_q{q}_r{rpc}_t{threads}"
+def source(q: int, rpc: int, threads: int = THREADS, ranks: int = 4) -> tuple[str, str]:
+    """The kernel for hidden size 1024q, rpc rows a cluster, `threads` a block and a cycle of `ranks`
+    ranks (the all-reduce fold is unrolled over exactly the ranks it reads: its loads are issued
+    together, and no code is spent on the ranks a cycle does not have)."""
+    entry = f"cluster_q{q}_r{rpc}_t{threads}_n{ranks}"
     wrapper = (f'extern "C" __global__ void __launch_bounds__({threads}, 1) {entry}(const CArgs p) '
-               f'{{ cluster_cycle<{q}, {rpc}, {threads}>(p); }}\n')
+               f'{{ cluster_cycle<{q}, {rpc}, {threads}, {ranks}>(p); }}\n')
     return SOURCE + PERSISTENT_SOURCE + CLUSTER_SOURCE + wrapper, entry
 
 
@@ -135,6 +139,13 @@ class ClusterSession(PersistentSession):
         ctl_bytes = self.join_off + 8 * len(self.plan)  # (unused), error, trace, detail, join counters
         self.ctl = self._alloc(ctl_bytes)
         cu.cuMemsetD8(self.ctl, 0, ctl_bytes)
+        # the flag-and-data words of the all-reduces' joins: [2 step parities][ranks][most rows x D], zero
+        # (no sequence number is 0); each launch's steps carry the next nsteps numbers
+        self.ll_stride = max(rows) * cycle.geometry.hidden
+        self.ll_bytes = 2 * cycle.ranks * self.ll_stride * 8
+        self.ll = self._alloc(self.ll_bytes)
+        cu.cuMemsetD8(self.ll, 0, self.ll_bytes)
+        self.ll_seq = 1
         self.ev_a, self.ev_b = cu.cuEventCreate(0), cu.cuEventCreate(0)
 
     def _tables(self, table, q: int):
@@ -174,7 +185,7 @@ class ClusterSession(PersistentSession):
         cu.cuMemcpyHtoD(self.order_off_ptr, off.ctypes.data, off.nbytes)
 
     def _function(self, q: int, rpc: int, fma: bool):
-        src, entry = source(q, rpc, self.threads)
+        src, entry = source(q, rpc, self.threads, self.cycle.ranks)
         flags = (*(FMA_FLAGS if fma else EXACT_FLAGS), *sinkhorn_flags())
         mod = self.modules._load(compile_cubin(src, self.arch, flags, name="cluster_cycle.cu"))
         func = self.cu.cuModuleGetFunction(mod, entry.encode())
@@ -212,11 +223,16 @@ class ClusterSession(PersistentSession):
         p.rank0, p.nlocal, p.groups = 0, self.cycle.ranks, self.groups
         p.mode, p.skip_step = mode, self.skip_step
         p.tmaps, p.order, p.order_off, p.box_rows = self.maps_ptr, self.order_ptr, self.order_off_ptr, self.box_rows
+        if self.ll_seq + len(self.plan) >= 2 ** 32:  # the numbers would wrap: the words start again from zero
+            self.cu.cuMemsetD8Async(self.ll, 0, self.ll_bytes, self.stream)
+            self.ll_seq = 1
+        p.ll, p.ll_stride, p.ll_seq0 = self.ll, self.ll_stride, self.ll_seq
         return p
 
     def _start(self, p, params) -> None:
         self.cu.cuLaunchKernelEx(self._config(self.blocks), self.func, C.addressof(params), 0)
         self.tag += 1  # every join counter grew by the grid's blocks
+        self.ll_seq += len(self.plan)  # and every step's words carried a number of their own
 
     def _stopped(self, step: int) -> str:
         return (f"persistent-cluster cycle: after step {step} ({self._step_name(step)}) a cluster waited more than "

@@ -168,11 +168,13 @@ __device__ __forceinline__ float fold_step(float acc, float x, const Ring& c) {
   acc = ADD(acc, x);
   return c.hop && c.is_bf16 ? round_bf(acc) : acc;
 }
-// The fold on the R values already in the contract's order (v[t]: the rank added at step t).
-__device__ __forceinline__ float ring_fold_ordered(const float (&v)[MAXR], const Ring& c) {
+// The fold on the R values already in the contract's order (v[t]: the rank added at step t); N is
+// the array's size (MAXR, or the ranks where a kernel is built for its cycle's count).
+template <int N>
+__device__ __forceinline__ float ring_fold_ordered(const float (&v)[N], const Ring& c) {
   float acc = v[0];
 #pragma unroll
-  for (int t = 1; t < MAXR; t++)
+  for (int t = 1; t < N; t++)
     if (t < c.ranks) acc = fold_step(acc, v[t], c);
   return c.is_bf16 ? round_bf(acc) : acc;
 }

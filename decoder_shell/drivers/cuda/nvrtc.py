@@ -64,6 +64,8 @@ def compile_cubin(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernel
     nvrtc, (major, minor) = bindings()
     extra = os.environ.get("DECODER_SHELL_CUDA_DEFINES", "").split()  # timing ablations only
     opts = [f"--gpu-architecture={arch}", *flags, *(f"-D{d}" for d in extra)]
+    if os.environ.get("DECODER_SHELL_CUDA_LINEINFO"):  # profiling: source lines for Nsight Compute / nvdisasm -g
+        opts.append("-lineinfo")
     key = hashlib.sha256("\0".join([source, *opts, f"{major}.{minor}"]).encode()).hexdigest()
     path = cache_dir() / f"{key}.cubin"
     if path.exists():
