@@ -141,6 +141,29 @@ def test_the_selector_takes_the_whole_cycle():
         persistent_form(cyc, {0: "persistent-cluster"}, "graph")
 
 
+def test_auto_takes_the_cluster_cycle_only_where_it_was_measured_faster():
+    """`--cycle auto`: the cluster kernel for cycles of at most AUTO_MAX_ROWS rows a step that it runs
+    (sm_90+, emulated ranks, no MoE, no fused norm, a built hidden size), the graph for every other."""
+    from decoder_shell.drivers.cuda.cluster_cycle import AUTO_MAX_ROWS, auto_fits
+    from decoder_shell.geometry import MoeShape
+
+    def cyc(**kw):
+        return build_cycle(Geometry(**{"preset": "t", "hidden": 1024, "layers": 2, "ranks": 4, "verify_rows": 2,
+                                       "draft_rows": 1, **kw}), RingContract())
+    flash = build_cycle(preset("dsv4-flash", tp=4, verify_rows=2, draft_rows=1), RingContract())
+    assert auto_fits(90, "emulated", flash) and auto_fits(100, "emulated", cyc(verify_rows=1, draft_rows=0))
+    assert AUTO_MAX_ROWS == 2
+    for m in (3, 4, 8):  # measured slower at 4 and 8 rows
+        assert not auto_fits(90, "emulated", cyc(verify_rows=m))
+    assert not auto_fits(90, "emulated", cyc(draft_rows=3))  # any phase's rows count
+    assert not auto_fits(80, "emulated", flash)  # no thread-block clusters
+    assert not auto_fits(90, "processes", flash)  # one process per rank
+    assert not auto_fits(90, "emulated", cyc(hidden=64))  # not a built hidden size
+    assert not auto_fits(90, "emulated", cyc(fused_norm=True))
+    assert not auto_fits(90, "emulated", cyc(layers=1, ranks=2, moe=MoeShape(experts=8, top_k=3, width=128,
+                                                                            combine="official")))
+
+
 @pytest.mark.gpu
 def test_random_cycles_bit_exact_and_fma_caught_on_gpu():
     import sys

@@ -206,7 +206,8 @@ def cmd_replay(args, console: Console) -> int:
         raise UsageError("--epochs must be >= 1, --changed and --settle >= 0")
     corpus = open_corpus(args.corpus)
     check_memory(corpus, "replay")
-    driver = get_driver(args.driver, placement=args.placement, cycle=args.cycle)
+    cycle_form = "graph" if args.cycle == "auto" and args.breakdown else args.cycle  # (node by node: the graph)
+    driver = get_driver(args.driver, placement=args.placement, cycle=cycle_form)
     t = args.tracker.expect("bind", len(corpus.geometry.boundaries()), "replay: reading the corpus")
     t.expect("graph", args.settle + args.epochs, "replay: graph epochs")
     t.expect("changed", args.changed, "replay: changed epochs")
@@ -271,10 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--placement", default="auto", choices=PLACEMENTS,
                    help="cuda: ranks emulated on one GPU, or one process per rank (auto: processes when "
                         "there is a GPU per rank)")
-    s.add_argument("--cycle", default="graph", choices=("graph", "persistent", "persistent-flags", "persistent-cluster"),
+    s.add_argument("--cycle", default="auto", choices=("auto", "graph", "persistent", "persistent-flags", "persistent-cluster"),
                    help="cuda: the cycle as a graph of kernel nodes, or as one persistent cooperative kernel "
                         "(its steps separated by grid barriers, or ordered by row counters), or as one kernel of "
-                        "16-block clusters, one per rank and row group (docs/CUDA.md)")
+                        "16-block clusters, one per rank and row group (docs/CUDA.md); auto (default): the "
+                        "cluster kernel where it is faster than the graph (one row group a rank, at most 2 rows "
+                        "a step, emulated ranks, sm_90+), else the graph; --breakdown always times the graph")
     s.add_argument("--seed", type=int, default=0, help="seed of the changed epochs' inputs")
     s.add_argument("--json", action="store_true", help="print the full result as JSON")
     s.add_argument("--json-out", type=Path, help="write the JSON result here (the table still prints)")

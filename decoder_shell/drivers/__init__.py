@@ -24,7 +24,7 @@ def get_driver(name: str = "auto", **options) -> Driver:
     cuda_only = {k: options.pop(k) for k in CUDA_OPTIONS if k in options}  # other drivers ignore them
     if name in ("cpu", "level-zero") and cuda_only.get("placement", "auto") != "auto":
         raise UsageError(f"--placement is a cuda driver option (the {name} driver runs every rank in one process)")
-    if name in ("cpu", "level-zero") and cuda_only.get("cycle", "graph") != "graph":
+    if name in ("cpu", "level-zero") and cuda_only.get("cycle", "graph") not in ("graph", "auto"):
         raise UsageError(f"--cycle persistent is a cuda driver option (the {name} driver has no persistent kernel)")
     if name == "auto":
         try:

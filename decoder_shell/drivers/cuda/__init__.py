@@ -15,8 +15,9 @@ from . import api
 from .session import CudaSession
 from .variants import describe
 
-#: How a session runs the cycle: a graph of kernel nodes, or one persistent cooperative kernel.
-CYCLES = ("graph", "persistent", "persistent-flags", "persistent-cluster")
+#: How a session runs the cycle: a graph of kernel nodes, or one persistent cooperative kernel; auto:
+#: the cluster cycle where it was measured faster than the graph (cluster_cycle.auto_fits), else the graph.
+CYCLES = ("graph", "auto", "persistent", "persistent-flags", "persistent-cluster")
 PERSISTENT_VARIANTS = {
     "persistent": "the whole cycle as one resident cooperative kernel (mHC boundaries with their all-reduce folded "
                   "in, separated by grid barriers on a 64-bit counter; next weights prefetched into L2; emulated "
@@ -81,6 +82,10 @@ class CudaDriver(Driver):
     def load(self, cycle, variants=None):
         require_support(cycle, "cuda", fused_norm=True,
                         ops=("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head", *MOE_OPS, *DENSE_OPS))
+        if self.cycle_form == "auto" and not variants:
+            session = self._load_auto(cycle)
+            if session is not None:
+                return session
         form = persistent_form(cycle, variants, self.cycle_form)
         if form and cycle.geometry.fused_norm:
             raise DriverUnavailable("the persistent cycle form has no fused RMSNorm node; replay a fused_norm "
@@ -96,6 +101,20 @@ class CudaDriver(Driver):
             return ProcessSession(devices, cycle, variants, pdl=self.pdl)
         self.cu.cuCtxSetCurrent(self.ctx)
         return CudaSession(self, cycle, variants, pdl=self.pdl)
+
+    def _load_auto(self, cycle):
+        """The cluster cycle where it is faster than the graph path (see cluster_cycle.AUTO_MAX_ROWS), else
+        None (the graph). A gate's candidates and its reference never come here: they name their form."""
+        from .cluster_cycle import ClusterSession, NotChosen, auto_fits
+        if not auto_fits(self.sm, self.placement_for(cycle.ranks), cycle):
+            return None
+        self.cu.cuCtxSetCurrent(self.ctx)
+        try:
+            session = ClusterSession(self, cycle, auto=True)
+        except NotChosen:
+            return None
+        self._last = "persistent-cluster"
+        return session
 
     def _load_persistent(self, cycle, form: str):
         if form == "persistent-cluster":

@@ -23,13 +23,15 @@
 //   X  cluster barrier, the weights of s+1 requested; every block reads all 16 blocks' partials
 //      (distributed shared memory) and finishes the 16-block tree: the mixes of its rows;
 //   B  warps 0..: Sinkhorn (two rows a warp) -> post/comb of s+1; the other warps: pre and the
-//      collapse y of its columns, an arrival on the step's join counter, the fold's first ranks (host
-//      table) while the join waits, then (after every block of every rank arrived: the all-reduce's
-//      join) the fold of s+1's all-reduce for its columns.
+//      collapse y of its columns, then the join of s+1's all-reduce and its fold for the block's
+//      columns: where a rank is one cluster, a cluster barrier (the whole rank stored y) and the rank's
+//      partial published as flag-and-data words that the fold waits on (fold_ll); else an arrival on the
+//      step's grid counter, the fold's first ranks (host table) while it waits, then the fold.
 // The join keeps the cycle's order: an all-reduce reads the partial sums only after every rank has
 // produced the sub-block input they stand for (y of the boundary before). Counters are 64-bit and
-// only grow (the launch's tag x the grid's blocks); a wait that outlasts timeout_ns sets err and
-// every later wait returns at once, so the launch ends (the host reports one line), never a hung GPU.
+// only grow (the launch's tag x the grid's blocks), words carry numbers that only grow; a wait that
+// outlasts timeout_ns sets err and every later wait returns at once, so the launch ends (the host
+// reports one line), never a hung GPU.
 
 #define CL_SIZE 16
 #define CL_LANES (LANES / CL_SIZE)  // lanes of one block: 64, two per thread of a warp

@@ -3,7 +3,8 @@
 One cluster per (emulated rank, row group) holds that chain for the whole launch: its blocks keep
 their lanes' stream values in shared memory from one boundary to the next, meet each other only
 through distributed shared memory behind a cluster barrier, and every cluster meets the others only
-at the all-reduces' joins (64-bit counters in device memory that only grow). The step table is the
+at the all-reduces' joins (flag-and-data words where a rank is one cluster, else 64-bit counters; both
+only grow). `--cycle auto` takes it where it was measured faster than the graph. The step table is the
 persistent cycle's (steps.py); buffers, poisoning and every check are the graph session's.
 
 What it needs, refused in one line otherwise: thread-block clusters of 16 (sm_90, non-portable
@@ -89,10 +90,44 @@ def check_cycle(cycle, plan) -> None:
                          "one before it (use --cycle persistent)")
 
 
+#: `--cycle auto` takes the cluster cycle only where it was measured faster than the graph path (H200,
+#: dsv4-flash, docs/BENCHMARKS.md seventh session): one row group a rank (the flag-and-data joins) and at
+#: most this many rows a step. At 4 and 8 rows, or with several row groups a rank, the graph path wins.
+AUTO_MAX_ROWS = 2
+#: The commands the kernel runs (everything else, MoE and dense sub-blocks, is graph nodes only).
+KERNEL_OPS = ("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head")
+
+
+class NotChosen(Exception):
+    """`--cycle auto`: this cycle is outside where the cluster cycle is faster (the graph path runs it)."""
+
+
+def auto_fits(sm: int, placement: str, cycle) -> bool:
+    """What `--cycle auto` can tell before a session exists: clusters on the device (compute capability
+    `sm`, 90 on an H200), every rank on it (`placement` as resolved for the cycle), a cycle the kernel is
+    built for (no MoE, no fused norm) with at most AUTO_MAX_ROWS rows a step."""
+    if sm < 90 or placement != "emulated" or cycle.geometry.fused_norm:
+        return False
+    if any(c.op not in KERNEL_OPS for c in cycle.commands):
+        return False
+    try:
+        plan = S.plan(cycle)
+        check_cycle(cycle, plan)
+    except UsageError:
+        return False
+    return max(cycle.geometry.phase(cycle.commands[st.cmd].boundary.phase).rows for st in plan) <= AUTO_MAX_ROWS
+
+
 class ClusterSession(PersistentSession):
     """The graph session's buffers, with one cluster-launched kernel instead of the graph."""
 
     DETAIL_SLOTS = 16  # CL_DETAIL in cluster_cycle.cu
+
+    def __init__(self, drv, cycle, *, auto: bool = False, **kw):
+        """auto: raise NotChosen (after freeing what was made) where the device would give a rank more
+        than one row group (the counter-joined layout, slower than the graph path where measured)."""
+        self.auto = auto
+        super().__init__(drv, cycle, **kw)
 
     def _build_persistent(self, drv, fma, blocks, watchdog_ms, skip_step):
         cu, cycle = self.cu, self.cycle
@@ -126,6 +161,8 @@ class ClusterSession(PersistentSession):
         if rpc is None:
             raise UsageError(f"persistent-cluster cycle: {max(rows)} rows over {groups} clusters a rank is "
                              f"{per} rows a cluster; the kernel holds at most {max(RPC_BUILDS)}")
+        if self.auto and groups > 1:
+            raise NotChosen(f"{groups} row groups a rank")
         self.groups, self.rpc, self.most = groups, rpc, most
         self.func = probe if rpc == max(RPC_BUILDS) else self._function(q, rpc, fma)
         self.blocks = cycle.ranks * groups * CL_SIZE
