@@ -158,6 +158,39 @@ __device__ __forceinline__ Slot slot_of(int i, int L0) {
   const int q = (i / CL_LANES) % Q, l = i % CL_LANES;
   return Slot{i / (Q * CL_LANES), q, l, L0 + l + q * LANES};
 }
+// Element i of the block's slice of a step whose rows start at row0: its index in a [rows][D] buffer.
+template <int Q>
+__device__ __forceinline__ size_t elem_of(int i, int L0, int row0, int D) {
+  const Slot sl = slot_of<Q>(i, L0);
+  return (size_t)(row0 + sl.mi) * D + sl.col;
+}
+// The rank of the fold's next step: the ring's direction (+1 or -1) with wrap-around over R ranks.
+template <int R>
+__device__ __forceinline__ int next_rank(int rr, int dir) {
+  rr += dir;
+  return rr == R ? 0 : rr < 0 ? R - 1 : rr;
+}
+// Raw bits of element e of a partial (bf16 zero-extended, or fp32), loaded through L2.
+template <bool BF>
+__device__ __forceinline__ unsigned raw_bits(const void* src, size_t e) {
+  return BF ? (unsigned)__ldcg((const unsigned short*)src + e) : __float_as_uint(__ldcg((const float*)src + e));
+}
+__device__ __forceinline__ unsigned raw_bits(bool bf, const void* src, size_t e) {
+  return bf ? raw_bits<true>(src, e) : raw_bits<false>(src, e);
+}
+// The fold of one element's R values in the contract's order (raw bits), written to the all-reduce's
+// output and to xs.
+template <int Q, bool BF, int R>
+__device__ __forceinline__ void fold_store(const MhcArgs& a, const unsigned (&raw)[R], size_t e, int i, int L0,
+                                           float (*xs)[Q][CL_LANES]) {
+  float v[R];
+#pragma unroll
+  for (int t = 0; t < R; t++) v[t] = __uint_as_float(BF ? raw[t] << 16 : raw[t]);
+  const float x = ring_fold_ordered(v, a.ring);
+  st(a.ar_out, e, x, BF);
+  const Slot sl = slot_of<Q>(i, L0);
+  xs[sl.mi][sl.q][sl.l] = x;
+}
 
 // The first rank of every element this block folds at the next all-reduce, from the host table into
 // shared memory (indexed as xs): static metadata, so it is loaded before the join, and the fold after the
@@ -189,15 +222,9 @@ __device__ __forceinline__ void load_order(const unsigned char* first, int D, in
 // each waiting for the one before: R L2 round trips a fold instead of one.)
 template <bool BF, int R>
 __device__ __forceinline__ void load_ranks(const MhcArgs& a, int first, size_t e, unsigned (&raw)[R]) {
-  const int dir = a.ring.dir;
   int rr = first;
 #pragma unroll
-  for (int t = 0; t < R; t++) {
-    const void* src = a.peers[rr];
-    raw[t] = BF ? (unsigned)__ldcg((const unsigned short*)src + e) : __float_as_uint(__ldcg((const float*)src + e));
-    rr += dir;
-    rr = rr == R ? 0 : rr < 0 ? R - 1 : rr;
-  }
+  for (int t = 0; t < R; t++, rr = next_rank<R>(rr, a.ring.dir)) raw[t] = raw_bits<BF>(a.peers[rr], e);
 }
 
 // x of step s for this block's columns of its rows, threads [t0, t0 + nt): the all-reduce folded (every
@@ -208,7 +235,6 @@ template <int Q, bool BF, int R>
 __device__ __forceinline__ void fold_ranks(const MhcArgs& a, const unsigned char* ord, int row0, int nrows, int L0,
                                            float (*xs)[Q][CL_LANES], int it, int nt) {
   constexpr int B = 4;
-  const Ring& c = a.ring;
   const int n = nrows * Q * CL_LANES;
   for (int i0 = it; i0 < n; i0 += B * nt) {
     unsigned raw[B][R];
@@ -216,24 +242,17 @@ __device__ __forceinline__ void fold_ranks(const MhcArgs& a, const unsigned char
 #pragma unroll
     for (int k = 0; k < B; k++) {
       const int i = i0 + k * nt;
-      const Slot sl = slot_of<Q>(i < n ? i : i0, L0);  // (past the end: element i0's loads again, unused)
-      e[k] = (size_t)(row0 + sl.mi) * a.D + sl.col;
+      e[k] = elem_of<Q>(i < n ? i : i0, L0, row0, a.D);  // (past the end: element i0's loads again, unused)
       load_ranks<BF, R>(a, ord[i < n ? i : i0], e[k], raw[k]);
     }
 #pragma unroll
     for (int k = 0; k < B; k++) {
       const int i = i0 + k * nt;
       if (i >= n) continue;
-      float v[R];
-#pragma unroll
-      for (int t = 0; t < R; t++) v[t] = BF ? __uint_as_float(raw[k][t] << 16) : __uint_as_float(raw[k][t]);
 #ifdef CL_FOLD_NOLOAD  // timing ablation: the fold without waiting for its loads of the partials (inexact)
-      for (int t = 0; t < R; t++) v[t] = (float)ord[i];
+      for (int t = 0; t < R; t++) raw[k][t] = __float_as_uint((float)ord[i]) >> (BF ? 16 : 0);
 #endif
-      const float x = ring_fold_ordered(v, c);
-      st(a.ar_out, e[k], x, BF);
-      const Slot sl = slot_of<Q>(i, L0);
-      xs[sl.mi][sl.q][sl.l] = x;
+      fold_store<Q, BF, R>(a, raw[k], e[k], i, L0, xs);
     }
   }
 }
@@ -254,8 +273,7 @@ __device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, const unsign
 #pragma unroll
     for (int k = 0; k < B; k++) {
       const int i = i0 + k * nt;
-      const Slot sl = slot_of<Q>(i < n ? i : i0, L0);
-      v[k] = ld(a.x, (size_t)(row0 + sl.mi) * a.D + sl.col, a.x_is_bf16);
+      v[k] = ld(a.x, elem_of<Q>(i < n ? i : i0, L0, row0, a.D), a.x_is_bf16);
     }
 #pragma unroll
     for (int k = 0; k < B; k++) {
@@ -272,12 +290,6 @@ __device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, const unsign
 #else
 #define CL_LL_JOIN 1
 #endif
-// Element i of the block's slice of a step whose rows start at row0: its index in a [rows][D] buffer.
-template <int Q>
-__device__ __forceinline__ size_t elem_of(int i, int L0, int row0, int D) {
-  const Slot sl = slot_of<Q>(i, L0);
-  return (size_t)(row0 + sl.mi) * D + sl.col;
-}
 
 // The all-reduce's join as flag-and-data words (the low-latency protocol): after every block of its
 // cluster has stored y (one cluster barrier: with one row group a rank, the cluster is the whole rank),
@@ -289,45 +301,55 @@ __device__ __forceinline__ size_t elem_of(int i, int L0, int row0, int D) {
 // stored y: the same order the counter join keeps, per rank instead of for the whole grid. Words live
 // in two buffers by step parity: a rank overwrites a buffer two steps later only after it read every
 // rank's words of the step between, which each rank wrote after it finished reading this one.
-__device__ __forceinline__ u64 ld_word(const u64* p) {
-  u64 v;
-  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_word(u64* p, u64 v) {
+__device__ __forceinline__ void st_relaxed(u64* p, u64 v) {
   asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
 }
 __device__ __forceinline__ void cluster_arrive_any() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait_any() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
-// Raw bits of this rank's own partial (the value its words carry): loaded before the barrier, as a
-// producer holds what it is about to publish.
-template <bool BF>
-__device__ __forceinline__ unsigned own_bits(const void* src, size_t e) {
-  return BF ? (unsigned)__ldcg((const unsigned short*)src + e) : __float_as_uint(__ldcg((const float*)src + e));
-}
 #ifndef CL_LL_WORDS
 #define CL_LL_WORDS 8  // words a thread waits for at once (CL_LL_WORDS / R elements; more spilled at 512 threads)
 #endif
+// First ranks of a thread's elements packed four bits each (ranks < 8), eight a register.
+template <int N>
+__device__ __forceinline__ int first_of(const unsigned (&fp)[N], int j) { return (fp[j / 8] >> (4 * (j % 8))) & 15u; }
+// One element past NE: every rank's word waited for in turn, its first rank read from the table.
+template <int Q, bool BF, int R>
+__device__ __forceinline__ void fold_ll_one(const MhcArgs& a, const u64* ll, long long stride, unsigned seq, int e, int first,
+                                            int i, int L0, float (*xs)[Q][CL_LANES], bool work, int* err, u64 timeout_ns,
+                                            int step, bool& ok) {
+  float v[R];
+  int rr = first;
+  const u64 t0 = globaltimer();
+#pragma unroll
+  for (int t = 0; t < R; t++, rr = next_rank<R>(rr, a.ring.dir)) {
+    u64 wd = ld_relaxed(ll + rr * stride + e);
+    for (unsigned n = 0; ok && (unsigned)(wd >> 32) != seq; n++) {
+      if ((n & 15) == 15) {
+        if (*(volatile int*)err) ok = false;
+        else if (globaltimer() - t0 > timeout_ns) { atomicCAS(err, 0, step + 1); ok = false; }
+      }
+      wd = ld_relaxed(ll + rr * stride + e);
+    }
+    v[t] = __uint_as_float(BF ? ((unsigned)wd & 0xffffu) << 16 : (unsigned)wd);
+  }
+  if (!work || !ok) return;
+  const float x = ring_fold_ordered(v, a.ring);
+  st(a.ar_out, (size_t)e, x, BF);
+  const Slot sl = slot_of<Q>(i, L0);
+  xs[sl.mi][sl.q][sl.l] = x;
+}
 // The fold of the next all-reduce over flag-and-data words, for the elements this thread published:
 // i = it + j*nt, j < NE with their first ranks in registers (first_of(fp, j), from the host table), B at a
 // time with every rank's word of each loaded at once; elements past NE (none for the built shapes) one at
 // a time with their first rank read from the table (ordg).
-template <int Q, bool BF, int R>
-__device__ __forceinline__ void fold_ll_one(const MhcArgs& a, const u64* ll, long long stride, unsigned seq, int e, int first,
-                                            int i, int L0, float (*xs)[Q][CL_LANES], bool work, int* err, u64 timeout_ns,
-                                            int step, bool& ok);
-// First ranks of a thread's elements packed four bits each (ranks < 8), eight a register.
-template <int N>
-__device__ __forceinline__ int first_of(const unsigned (&fp)[N], int j) { return (fp[j / 8] >> (4 * (j % 8))) & 15u; }
 template <int Q, bool BF, int R, int NE>
 __device__ __forceinline__ void fold_ll(const MhcArgs& a, const u64* ll, long long stride, unsigned seq,
                                         const unsigned (&fp)[(NE + 7) / 8], const unsigned char* ordg, int row0, int nrows,
                                         int L0, float (*xs)[Q][CL_LANES], int it, int nt, bool work, int* err,
                                         u64 timeout_ns, int step) {
   constexpr int B = CL_LL_WORDS / R > 0 ? CL_LL_WORDS / R : 1;
-  const Ring& c = a.ring;
-  const int n = nrows * Q * CL_LANES, dir = c.dir;
+  const int n = nrows * Q * CL_LANES, dir = a.ring.dir;
   bool ok = true;
 #pragma unroll
   for (int j0 = 0; j0 < NE; j0 += B) {
@@ -341,11 +363,7 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const u64* ll, long lo
       e[k] = (int)elem_of<Q>(on ? i : it + j0 * nt, L0, row0, a.D);
       int rr = on ? first_of(fp, j < NE ? j : j0) : first_of(fp, j0);
 #pragma unroll
-      for (int t = 0; t < R; t++) {
-        wv[k][t] = ld_word(ll + rr * stride + e[k]);
-        rr += dir;
-        rr = rr == R ? 0 : rr < 0 ? R - 1 : rr;
-      }
+      for (int t = 0; t < R; t++, rr = next_rank<R>(rr, dir)) wv[k][t] = ld_relaxed(ll + rr * stride + e[k]);
     }
     // until every word carries this step's sequence: the words not yet there read again, one round trip a
     // round; after timeout_ns (or once another wait set err) the launch is ended by the watchdog
@@ -357,13 +375,11 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const u64* ll, long lo
         const int j = j0 + k;
         int rr = it + j * nt < n ? first_of(fp, j < NE ? j : j0) : first_of(fp, j0);  // (static indices: no local memory)
 #pragma unroll
-        for (int t = 0; t < R; t++) {
+        for (int t = 0; t < R; t++, rr = next_rank<R>(rr, dir)) {
           if ((unsigned)(wv[k][t] >> 32) != seq) {
             pending = true;
-            wv[k][t] = ld_word(ll + rr * stride + e[k]);
+            wv[k][t] = ld_relaxed(ll + rr * stride + e[k]);
           }
-          rr += dir;
-          rr = rr == R ? 0 : rr < 0 ? R - 1 : rr;
         }
       }
       if (!pending) break;
@@ -377,46 +393,16 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const u64* ll, long lo
     for (int k = 0; k < B; k++) {
       const int j = j0 + k, i = it + j * nt;
       if (j >= NE || i >= n) continue;
-      float v[R];
+      unsigned raw[R];
 #pragma unroll
-      for (int t = 0; t < R; t++) v[t] = __uint_as_float(BF ? ((unsigned)wv[k][t] & 0xffffu) << 16 : (unsigned)wv[k][t]);
-      const float x = ring_fold_ordered(v, c);
-      st(a.ar_out, (size_t)e[k], x, BF);
-      const Slot sl = slot_of<Q>(i, L0);
-      xs[sl.mi][sl.q][sl.l] = x;
+      for (int t = 0; t < R; t++) raw[t] = BF ? (unsigned)wv[k][t] & 0xffffu : (unsigned)wv[k][t];
+      fold_store<Q, BF, R>(a, raw, (size_t)e[k], i, L0, xs);
     }
   }
   for (int i = it + NE * nt; i < n; i += nt) {
     const int e = (int)elem_of<Q>(i, L0, row0, a.D);
     fold_ll_one<Q, BF, R>(a, ll, stride, seq, e, ordg[e], i, L0, xs, work, err, timeout_ns, step, ok);
   }
-}
-template <int Q, bool BF, int R>
-__device__ __forceinline__ void fold_ll_one(const MhcArgs& a, const u64* ll, long long stride, unsigned seq, int e, int first,
-                                            int i, int L0, float (*xs)[Q][CL_LANES], bool work, int* err, u64 timeout_ns,
-                                            int step, bool& ok) {
-  float v[R];
-  int rr = first;
-  const u64 t0 = globaltimer();
-#pragma unroll
-  for (int t = 0; t < R; t++) {
-    u64 wd = ld_word(ll + rr * stride + e);
-    for (unsigned n = 0; ok && (unsigned)(wd >> 32) != seq; n++) {
-      if ((n & 15) == 15) {
-        if (*(volatile int*)err) ok = false;
-        else if (globaltimer() - t0 > timeout_ns) { atomicCAS(err, 0, step + 1); ok = false; }
-      }
-      wd = ld_word(ll + rr * stride + e);
-    }
-    v[t] = __uint_as_float(BF ? ((unsigned)wd & 0xffffu) << 16 : (unsigned)wd);
-    rr += a.ring.dir;
-    rr = rr == R ? 0 : rr < 0 ? R - 1 : rr;
-  }
-  if (!work || !ok) return;
-  const float x = ring_fold_ordered(v, a.ring);
-  st(a.ar_out, (size_t)e, x, BF);
-  const Slot sl = slot_of<Q>(i, L0);
-  xs[sl.mi][sl.q][sl.l] = x;
 }
 
 #ifndef CL_PART_AHEAD
@@ -753,7 +739,7 @@ __device__ void cluster_cycle(const CArgs& p) {
         for (int j = 0; j < NE; j++) {
           const bool on = ht + j * nh < n1;
           const size_t e = elem_of<Q>(on ? ht + j * nh : 0, L0, nrow0, A1.D);
-          own[j] = !on ? 0u : bf ? own_bits<true>(A1.peers[r], e) : own_bits<false>(A1.peers[r], e);
+          own[j] = on ? raw_bits(bf, A1.peers[r], e) : 0u;
           firstb[j] = on ? ordg[e] : 0u;
         }
       }
@@ -789,10 +775,10 @@ __device__ void cluster_cycle(const CArgs& p) {
         if (!(skipper && s == p.skip_step)) {  // (the watchdog test: the last cluster never publishes)
 #pragma unroll
           for (int j = 0; j < NE; j++)
-            if (ht + j * nh < n1) st_word(mine + elem_of<Q>(ht + j * nh, L0, nrow0, A1.D), tagw | own[j]);
+            if (ht + j * nh < n1) st_relaxed(mine + elem_of<Q>(ht + j * nh, L0, nrow0, A1.D), tagw | own[j]);
           for (int i = ht + NE * nh; i < n1; i += nh) {  // (more elements than NE: none for the built shapes)
             const size_t e = elem_of<Q>(i, L0, nrow0, A1.D);
-            st_word(mine + e, tagw | (A1.ring.is_bf16 ? own_bits<true>(A1.peers[r], e) : own_bits<false>(A1.peers[r], e)));
+            st_relaxed(mine + e, tagw | raw_bits(A1.ring.is_bf16, A1.peers[r], e));
           }
         }
         if (ht == 0) dstamp(dh, 10);
