@@ -62,9 +62,9 @@ def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
     assert entry.encode() in compile_cubin(src, "sm_90", FMA_FLAGS, name="cluster_cycle.cu")
 
 
-@pytest.mark.parametrize("defines", ["CL_NO_JOIN", "CL_NO_FETCH", "CL_RELAXED_ARRIVE", "CL_FOLD_NOLOAD", "CL_ISOLATE_SK=1",
-                                     "CL_FETCH_LATE", "CL_PREFETCH_EARLY CL_LOOKAHEAD=4", "CL_EVICT_FIRST=0 CL_PART_AHEAD=1",
-                                     "CL_COUNTER_JOIN", "CL_LL_WORDS=4"])
+@pytest.mark.parametrize("defines", ["CL_NO_JOIN", "CL_NO_FETCH", "CL_FOLD_NOLOAD", "CL_ISOLATE_SK=1",
+                                     "CL_PREFETCH_EARLY CL_LOOKAHEAD=4", "CL_EVICT_FIRST=0 CL_PART_AHEAD=1",
+                                     "CL_COUNTER_JOIN", "CL_LL_WORDS=4", "CL_JOIN_RELEASE", "CL_JOIN_RELEASE CL_COUNTER_JOIN"])
 def test_every_tuning_and_timing_define_builds(defines, tmp_path, monkeypatch):
     """The defines tools/gpu_cluster.sh VARIANTS take: a tuning run on the GPU must not find a build error."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
@@ -152,10 +152,11 @@ def test_auto_takes_the_cluster_cycle_only_where_it_was_measured_faster():
                                        "draft_rows": 1, **kw}), RingContract())
     flash = build_cycle(preset("dsv4-flash", tp=4, verify_rows=2, draft_rows=1), RingContract())
     assert auto_fits(90, "emulated", flash) and auto_fits(100, "emulated", cyc(verify_rows=1, draft_rows=0))
-    assert AUTO_MAX_ROWS == 2
-    for m in (3, 4, 8):  # measured slower at 4 and 8 rows
-        assert not auto_fits(90, "emulated", cyc(verify_rows=m))
-    assert not auto_fits(90, "emulated", cyc(draft_rows=3))  # any phase's rows count
+    assert AUTO_MAX_ROWS == 8
+    for m in (3, 4, 8):  # measured faster at 4 and 8 rows too (eighth session)
+        assert auto_fits(90, "emulated", cyc(verify_rows=m))
+    assert not auto_fits(90, "emulated", cyc(verify_rows=9))  # more rows than the largest build
+    assert not auto_fits(90, "emulated", cyc(verify_rows=2, draft_rows=9))  # any phase's rows count
     assert not auto_fits(80, "emulated", flash)  # no thread-block clusters
     assert not auto_fits(90, "processes", flash)  # one process per rank
     assert not auto_fits(90, "emulated", cyc(hidden=64))  # not a built hidden size

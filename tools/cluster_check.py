@@ -9,8 +9,8 @@ watchdog, and where the time goes. Prints a short table last; JSON with --json.
 2. the same kernel built with FMA contraction must be caught;
 3. the watchdog: a cluster that never arrives at one join must end the launch with one line;
 4. where the time goes, dsv4-flash TP4 verify at each --profile-rows: the launch's time, per-step
-   stamps of cluster 0 block 0 (phase by phase: stream values, dot products, cluster barrier, exchange,
-   Sinkhorn, join), the same grid doing only its synchronization, and the HBM time of each step's
+   stamps of cluster 0 block 0 (phase by phase: stream values, dot products, the partials' exchange,
+   the mixes, Sinkhorn, join), the same grid doing only its synchronization, and the HBM time of each step's
    weights at the copy bandwidth measured in the same run.
 
     python tools/cluster_check.py [--cases 12] [--seed 1] [--profile-rows 2 8] [--json out.json]
@@ -43,7 +43,7 @@ from decoder_shell.replay.selfcheck import perturb, run_case  # noqa: E402
 from persistent_profile import hbm_bandwidth  # noqa: E402
 
 FORM = "persistent-cluster"
-PHASES = ("stream values", "dot products", "cluster barrier", "exchange + mixes", "Sinkhorn / y + join",
+PHASES = ("stream values", "dot products", "partials in", "tree + mixes", "Sinkhorn / y + join",
           "to next step")
 
 

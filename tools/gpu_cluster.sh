@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The cluster cycle on a GPU in one call: checks and profile (tools/cluster_check.py), the bench against the
 # graph path and the launch floor at TP4 M=1/2/4/8 and TP1 M=2, and a dsv4-flash TP4 draft + verify corpus
-# replayed through `shell replay --cycle persistent-cluster` beside the graph path. Everything lands in $OUT;
+# replayed through `shell replay --cycle persistent-cluster` beside `--cycle graph`. Everything lands in $OUT;
 # a summary table is printed last.   [THREADS="512 256"] [VARIANTS=...] [QUICK=1] bash tools/gpu_cluster.sh [CASES] [EPOCHS]
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -45,7 +45,7 @@ T=$(mktemp -d)
 $S synth --preset dsv4-flash --tp 4 --verify-rows 2 --draft-rows 1 --out "$T/f4" -q >/dev/null 2>&1
 run replay-cluster 120 $S replay "$T/f4" --driver cuda --placement emulated --cycle persistent-cluster \
   --epochs 70 --changed 16 -q --json-out "$OUT/replay-cluster.json"
-run replay-graph 120 $S replay "$T/f4" --driver cuda --placement emulated --epochs 70 --changed 16 -q
+run replay-graph 120 $S replay "$T/f4" --driver cuda --placement emulated --cycle graph --epochs 70 --changed 16 -q
 fi
 printf '%s\n' "| stage | exit | time |" "|---|---|---|" "${summary[@]}"
 # one archive comes back (the device returns at most 8 files)

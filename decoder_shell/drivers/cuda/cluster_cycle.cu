@@ -7,31 +7,35 @@
 // projection dots -> mixes -> Sinkhorn -> the next streams. A cluster holds one such chain (or a few
 // rows of one rank) for the whole cycle: block b owns lanes 64b .. 64b+63 of the contract's 1024, so
 // the stream values it makes at one boundary are the residual it reads at the next (kept in shared
-// memory, never re-read), its partial dot products meet the other 15 blocks' through distributed
-// shared memory behind one cluster barrier (no grid-wide barrier, no L2 round trip), and every block
-// then finishes the mixes and the Sinkhorn itself. The next boundary's weights are requested (one
-// tensor-map copy into shared memory) as soon as every warp is past its dot products, so they land
-// during the exchange and the Sinkhorn.
+// memory, never re-read), its partial dot products reach the other 15 blocks as asynchronous stores
+// into their shared memory (st.async, completing on each receiver's mbarrier: no cluster barrier, no
+// L2 round trip), and every block then finishes the mixes and the Sinkhorn itself. The next boundary's
+// weights are requested (one tensor-map copy into shared memory) as soon as every warp is past its dot
+// products, so they land during the exchange and the Sinkhorn.
 //
 // Per step s (one mHC boundary; its all-reduce folded in), every block:
 //   C  stream values of s for its lanes from x (folded during B(s-1)), the residual (its own shared
 //      memory) and post/comb (made in B(s-1)); streams written; the loads of the next step's arguments
-//      and of this step's base/scale issued into registers (stored in X: their latency overlaps C and A);
+//      and of this step's base/scale issued into registers (their latency overlaps C and A);
 //   A  the lanes' dot products of the 24 (head: 4) outputs and the sum of squares (25 chains over the
 //      block's 8 or 16 warps, every warp over all 64 lanes), the 64-lane tree in each warp, the
-//      block's partials into shared memory;
-//   X  cluster barrier, the weights of s+1 requested; every block reads all 16 blocks' partials
-//      (distributed shared memory) and finishes the 16-block tree: the mixes of its rows;
+//      block's partials into shared memory; the next step's arguments stored; block barrier;
+//   X  the block's partials pushed into all 16 blocks (st.async), the weights of s+1 requested, the
+//      helpers' loads for the next join issued; a thread per (row, output) waits on its own mbarrier for
+//      the 16 blocks' partials and finishes the 16-block tree: the mixes of its rows;
 //   B  warps 0..: Sinkhorn (two rows a warp) -> post/comb of s+1; the other warps: pre and the
 //      collapse y of its columns, then the join of s+1's all-reduce and its fold for the block's
 //      columns: where a rank is one cluster, a cluster barrier (the whole rank stored y) and the rank's
 //      partial published as flag-and-data words that the fold waits on (fold_ll); else an arrival on the
 //      step's grid counter, the fold's first ranks (host table) while it waits, then the fold.
 // The join keeps the cycle's order: an all-reduce reads the partial sums only after every rank has
-// produced the sub-block input they stand for (y of the boundary before). Counters are 64-bit and
-// only grow (the launch's tag x the grid's blocks), words carry numbers that only grow; a wait that
-// outlasts timeout_ns sets err and every later wait returns at once, so the launch ends (the host
-// reports one line), never a hung GPU.
+// executed the stores of the sub-block input they stand for (y of the boundary before). It orders
+// execution, not visibility: nothing in the launch reads y (the host does, after it), the partials are
+// the host's and the words carry their own data, so a release there (CL_JOIN_RELEASE: a gpu-scope fence
+// in SASS, 1 us a step) would order nothing the launch observes. Counters are 64-bit and only grow (the
+// launch's tag x the grid's blocks), words carry numbers that only grow; a wait that outlasts
+// timeout_ns sets err and every later wait returns at once, so the launch ends (the host reports one
+// line), never a hung GPU.
 
 #define CL_SIZE 16
 #define CL_LANES (LANES / CL_SIZE)  // lanes of one block: 64, two per thread of a warp
@@ -85,6 +89,37 @@ __device__ __forceinline__ void mbar_init(u64* bar) {
 }
 __device__ __forceinline__ void mbar_expect(u64* bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+// The exchange's mbarriers: remote blocks complete their transactions (st.async: release at cluster scope),
+// so the wait acquires at cluster scope; the local arrival publishes nothing (mbar_expect: cta scope, where
+// cluster scope would be a gpu-scope fence).
+// (The watchdog as at the joins: past timeout_ns, or once another wait set err, it returns.)
+__device__ __forceinline__ void mbar_wait_cluster(u64* bar, unsigned parity, int* err, u64 timeout_ns, int step) {
+  const u64 t0 = globaltimer();
+  for (unsigned n = 0, done = 0; !done; n++) {
+    asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+    if (!done && (n & 15) == 15) {
+      if (*(volatile int*)err) return;
+      if (globaltimer() - t0 > timeout_ns) {
+        atomicCAS(err, 0, step + 1);
+        return;
+      }
+    }
+  }
+}
+// Block `rank`'s address of this block's shared-memory location p (distributed shared memory).
+__device__ __forceinline__ unsigned dsmem_addr(const void* p, unsigned rank) {
+  unsigned ra;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_addr(p)), "r"(rank));
+  return ra;
+}
+// One 16-byte store into another block's shared memory (ra, a dsmem_addr), completing 16 bytes of the
+// transaction on that block's mbarrier (rb): st.async, no fence and no barrier on either side.
+__device__ __forceinline__ void push_dsmem(unsigned ra, float4 v, unsigned rb) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];"
+               :: "r"(ra), "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)),
+                  "r"(__float_as_uint(v.w)), "r"(rb) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(u64* bar, unsigned parity) {
   unsigned done = 0;
@@ -143,6 +178,11 @@ __device__ __forceinline__ void prefetch_l2(const PStep& st, int r, int b) { pre
 
 // The step's rows for cluster group g: [row0, row0 + n).
 __device__ __forceinline__ void rows_of(int rows, int groups, int g, int& row0, int& n) {
+  if (groups == 1) {  // (the integer division below is ~25 instructions, and this runs several times a step)
+    row0 = 0;
+    n = rows;
+    return;
+  }
   const int per = (rows + groups - 1) / groups;
   row0 = g * per;
   n = max(0, min(rows - row0, per));
@@ -439,6 +479,75 @@ __device__ __forceinline__ void prefetch_partials(const PartFetch& f, int groups
                  "r"(bytes) : "memory");
 }
 
+// C of one step: the stream values of the block's columns of its rows from x (xs), the residual and
+// post/comb, written to `streams` and kept in sv (fp32 of the bf16) for the dot products. One loop per
+// case (CASE 0: no residual; 1: the residual and post/comb carried in shared memory; 2: from global
+// memory), the arguments in registers: with the cases in one loop every element issued the instructions
+// of all of them (predicated), and every store through `streams` made the compiler reload the arguments
+// from shared memory, which the store might have changed (~350 instructions a warp an element).
+enum { SV_PRE = 0, SV_CARRIED = 1, SV_GLOBAL = 2 };
+template <int Q, int CASE>
+__device__ __forceinline__ void stream_values_of(const MhcArgs& A, int row0, int nrows, int L0,
+                                                 const float (*xs)[Q][CL_LANES], float (*sv)[HC * Q][CL_LANES],
+                                                 const float (*pc)[HC + HC * HC], int it, int nt) {
+  bf16_t* const streams = A.streams;
+  const int D = A.D, n = nrows * Q * CL_LANES;
+  const bf16_t* const residual = A.residual;
+  const float* const post_in = A.post_in;
+  const float* const comb_in = A.comb_in;
+  for (int i = it; i < n; i += nt) {
+    const Slot sl = slot_of<Q>(i, L0);
+    const float x = xs[sl.mi][sl.q][sl.l];
+    float v[HC];
+    if (CASE == SV_PRE) {
+#pragma unroll
+      for (int k = 0; k < HC; k++) v[k] = x;
+    } else {
+      float res[HC], pin[HC], cb[HC * HC];
+      if (CASE == SV_CARRIED) {
+#pragma unroll
+        for (int j = 0; j < HC; j++) res[j] = sv[sl.mi][j * Q + sl.q][sl.l];
+#pragma unroll
+        for (int k = 0; k < HC; k++) pin[k] = pc[sl.mi][k];
+#pragma unroll
+        for (int e = 0; e < HC * HC; e++) cb[e] = pc[sl.mi][HC + e];
+      } else {
+        const int m = row0 + sl.mi;
+        const bf16_t* rp = residual + (size_t)m * HC * D + sl.col;
+#pragma unroll
+        for (int j = 0; j < HC; j++) res[j] = bf2f(rp[(size_t)j * D]);
+#pragma unroll
+        for (int k = 0; k < HC; k++) pin[k] = post_in[m * HC + k];
+#pragma unroll
+        for (int e = 0; e < HC * HC; e++) cb[e] = comb_in[m * HC * HC + e];
+      }
+#pragma unroll
+      for (int k = 0; k < HC; k++) {
+        float mx = MUL(cb[0 * HC + k], res[0]);
+        mx = ADD(mx, MUL(cb[1 * HC + k], res[1]));
+        mx = ADD(mx, MUL(cb[2 * HC + k], res[2]));
+        mx = ADD(mx, MUL(cb[3 * HC + k], res[3]));
+        v[k] = ADD(MUL(pin[k], x), mx);
+      }
+    }
+    bf16_t* const out = streams + (size_t)(row0 + sl.mi) * HC * D + sl.col;  // streams[m][k][d] at out + k*D
+#pragma unroll
+    for (int k = 0; k < HC; k++) {
+      const bf16_t bv = f2bf(v[k]);
+      out[(size_t)k * D] = bv;
+      sv[sl.mi][k * Q + sl.q][sl.l] = bf2f(bv);
+    }
+  }
+}
+template <int Q>
+__device__ __forceinline__ void stream_values(const MhcArgs& A, int op, bool carried, int row0, int nrows, int L0,
+                                              const float (*xs)[Q][CL_LANES], float (*sv)[HC * Q][CL_LANES],
+                                              const float (*pc)[HC + HC * HC], int it, int nt) {
+  if (op == OP_PRE) stream_values_of<Q, SV_PRE>(A, row0, nrows, L0, xs, sv, pc, it, nt);
+  else if (carried) stream_values_of<Q, SV_CARRIED>(A, row0, nrows, L0, xs, sv, pc, it, nt);
+  else stream_values_of<Q, SV_GLOBAL>(A, row0, nrows, L0, xs, sv, pc, it, nt);
+}
+
 __device__ __forceinline__ void dstamp(u64* st, int k) {
   if (st) st[k] = globaltimer();
 }
@@ -464,8 +573,10 @@ __device__ void cluster_cycle(const CArgs& p) {
   constexpr int NE = (RPC * Q * CL_LANES + NH_MIN - 1) / NH_MIN;
   __shared__ __align__(16) float sv[RPC][HC * Q][CL_LANES];   // this block's stream values (fp32 of the bf16), element order u
   __shared__ float xs[RPC][Q][CL_LANES];        // x of the next step (folded)
-  __shared__ float part[2][RPC][25];            // the block's partials: [0] sum of squares, [1 + o] output o
+  __shared__ u64 xbar[2];                       // the exchange of step s is complete: xbar[s & 1]
   __shared__ float mix[RPC][24];
+  constexpr int PS = (RPC * CL_CHAINS + 3) / 4 * 4;  // floats of one block's partials of a step (rows x 25, padded)
+  __shared__ __align__(16) float part[PS];      // this block's partials: [row * 25 + chain] (0: sum of squares, 1 + o)
   __shared__ float pc[RPC][HC + HC * HC];       // post, comb for the next step
   __shared__ float pre_s[RPC][HC];
   __shared__ float bsc_s[24 + 3];               // the step's base [nout] and scale [3 or 1] (loaded in C, stored in X)
@@ -474,7 +585,10 @@ __device__ void cluster_cycle(const CArgs& p) {
   __shared__ long long ordoff_s[2];             // where step s's first ranks start in the order table, at [s & 1]
   __shared__ u64 wbar;                          // the block's weights of the step have landed
   __shared__ unsigned char ord_s[RPC * Q * CL_LANES];  // first ranks of the next fold (load_order)
-  extern __shared__ __align__(128) float wsm[];  // [24][HC * Q][64]: this block's weights of the step
+  extern __shared__ __align__(128) float wsm[];  // [24][HC * Q][64]: this block's weights of the step, then recv
+  // every block's partials of step s at [s & 1][block][row * 25 + chain], pushed by each block into all 16
+  // (st.async), complete on xbar[s & 1]
+  float (*const recv)[CL_SIZE][PS] = reinterpret_cast<float (*)[CL_SIZE][PS]>(wsm + 24 * HC * Q * CL_LANES);
   const int t = threadIdx.x, w = t >> 5, lane = t & 31;
   const int b = (int)cluster_ctarank(), cid = blockIdx.x / CL_SIZE;
   const int r = p.rank0 + cid / p.groups, g = cid % p.groups;
@@ -485,8 +599,16 @@ __device__ void cluster_cycle(const CArgs& p) {
   const u64 target = p.tag * (u64)gridDim.x;
   unsigned wphase = 0;
   bool wpending = false;
-  if (t == 0) mbar_init(&wbar);
+  if (t == 0) {
+    mbar_init(&wbar);
+    mbar_init(&xbar[0]);
+    mbar_init(&xbar[1]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
   __syncthreads();
+  // every block's exchange barriers are initialized before any block pushes into them
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  cluster_wait();
 
   // prologue: step 0's arguments, x and weights
   {
@@ -516,7 +638,6 @@ __device__ void cluster_cycle(const CArgs& p) {
     const MhcArgs& A = args_s[s & 1];
     const int op = hd[1], nout = hd[3], buf = s & 1;
     const bool carried = hd[6] == s - 1 && s > 0;
-    const int nxt_nout = s + 1 < p.nsteps && t == 0 ? p.steps[s + 1].nout : 0;  // (thread 0 issues the fetch)
     // the next step's arguments and header: loaded into registers now, stored into shared memory in X
     // (the L2 round trip overlaps C and A instead of lengthening the exchange)
     u64 nx_w = 0;
@@ -542,89 +663,69 @@ __device__ void cluster_cycle(const CArgs& p) {
     }
     int row0, nrows;
     rows_of(hd[5], p.groups, g, row0, nrows);
+    // this step's exchange: every block pushes its nrows * 25 partials (16-byte pieces) into each of the 16
+    const int npieces = (nrows * CL_CHAINS + 3) / 4;
+    if (t == 0) mbar_expect(&xbar[buf], CL_SIZE * npieces * 16);
     if (stamper && p.trace) p.trace[s] = globaltimer();
     u64* ds = stamper && p.detail ? p.detail + (size_t)s * CL_DETAIL : nullptr;
     u64* dh = cid == 0 && b == 0 && p.detail ? p.detail + (size_t)s * CL_DETAIL : nullptr;  // (helper thread 0)
     dstamp(ds, 0);
-#if defined(CL_FETCH_LATE) && !defined(CL_NO_FETCH)
-    if (work && s > 0 && t == 0) fetch_weights<Q>(p, s, nout, r, L0, wsm, &wbar);
-#endif
     // C: stream values of this step for the block's columns
-    if (work) {
-      for (int i = t; i < nrows * Q * CL_LANES; i += NT) {
-        const Slot sl = slot_of<Q>(i, L0);
-        const int mi = sl.mi, q = sl.q, l = sl.l, m = row0 + mi, d = sl.col;
-        const float x = xs[mi][q][l];
-        float res[HC], pin[HC], cb[HC * HC];
-        if (op != OP_PRE) {
-#pragma unroll
-          for (int j = 0; j < HC; j++) res[j] = carried ? sv[mi][j * Q + q][l] : bf2f(A.residual[((size_t)m * HC + j) * A.D + d]);
-#pragma unroll
-          for (int k = 0; k < HC; k++) pin[k] = carried ? pc[mi][k] : A.post_in[m * HC + k];
-#pragma unroll
-          for (int e = 0; e < HC * HC; e++) cb[e] = carried ? pc[mi][HC + e] : A.comb_in[m * HC * HC + e];
-        }
-#pragma unroll
-        for (int k = 0; k < HC; k++) {
-          float v = x;
-          if (op != OP_PRE) {
-            float mx = MUL(cb[0 * HC + k], res[0]);
-            mx = ADD(mx, MUL(cb[1 * HC + k], res[1]));
-            mx = ADD(mx, MUL(cb[2 * HC + k], res[2]));
-            mx = ADD(mx, MUL(cb[3 * HC + k], res[3]));
-            v = ADD(MUL(pin[k], x), mx);
-          }
-          const bf16_t bv = f2bf(v);
-          A.streams[((size_t)m * HC + k) * A.D + d] = bv;
-          sv[mi][k * Q + q][l] = bf2f(bv);
-        }
-      }
-    }
+    if (work) stream_values<Q>(A, op, carried, row0, nrows, L0, xs, sv, pc, t, NT);
     __syncthreads();
     dstamp_after(ds, 1, &sv[0][0][CL_LANES - 1]);
-    // A: dot products of the block's 64 lanes (two a thread), warp w's chains over every row, then
-    // the 64-lane tree; the next step's weights are requested as soon as the warp's reads are done
-    if (work) {
-#ifdef CL_PREFETCH_EARLY
-      if (pe_fn) prefetch_fn<Q>(pe_fn, pe_nout, b);
-#endif
-      if (wpending) {
-        mbar_wait(&wbar, wphase);
-        wphase ^= 1;
-      }
+    // A: dot products of the block's 64 lanes (two a thread), warp w's chains over every row, then the
+    // 64-lane tree into part (synchronization-only launches: zeros)
+    {
       float a0[RPC][NCH], a1[RPC][NCH];
 #pragma unroll
       for (int mi = 0; mi < RPC; mi++)
 #pragma unroll
         for (int i = 0; i < NCH; i++) a0[mi][i] = a1[mi][i] = 0.0f;
-      // branch-free: every chain of the warp accumulates (a chain past nout reads output 0's weights and
-      // is never stored); chain 0 multiplies the stream value by itself (the select below)
-      const bool sq = w == 0;
-      const float* wrow[NCH];
+      if (work) {
+#ifdef CL_PREFETCH_EARLY
+        if (pe_fn) prefetch_fn<Q>(pe_fn, pe_nout, b);
+#endif
+        if (wpending) {
+          mbar_wait(&wbar, wphase);
+          wphase ^= 1;
+        }
+        // branch-free: every chain of the warp accumulates (a chain past nout reads output 0's weights and
+        // is never stored); chain 0 (warp 0's first) multiplies the stream value by itself: at most two rows
+        // a build, its factor is loaded from a pointer that is sv for warp 0 and the weights for the others
+        // (one load a row instead of two selects a row); with more rows, where shared-memory bandwidth is
+        // the bound, the select
+        constexpr bool SQ_LOAD = RPC <= 2;
+        const bool sq = w == 0;
+        const float* wrow[NCH];
 #pragma unroll
-      for (int i = 0; i < NCH; i++) {
-        const int c = chain_of<NW>(w, i);
-        wrow[i] = &wsm[(size_t)(c >= 1 && c <= nout ? c - 1 : 0) * HC * Q * CL_LANES + 2 * lane];
-      }
+        for (int i = 0; i < NCH; i++) {
+          const int c = chain_of<NW>(w, i);
+          wrow[i] = &wsm[(size_t)(c >= 1 && c <= nout ? c - 1 : 0) * HC * Q * CL_LANES + 2 * lane];
+        }
+        const float* const f0 = sq ? &sv[0][0][2 * lane] : wrow[0];  // chain 0's factor at f0 + mi * f0_row + u * 64
+        const int f0_row = sq ? HC * Q * CL_LANES : 0;
 #pragma unroll
-      for (int u = 0; u < HC * Q; u++) {
-        float2 wv[NCH];
+        for (int u = 0; u < HC * Q; u++) {
+          float2 wv[NCH];
 #pragma unroll
-        for (int i = 0; i < NCH; i++) wv[i] = *reinterpret_cast<const float2*>(wrow[i] + u * CL_LANES);
+          for (int i = SQ_LOAD ? 1 : 0; i < NCH; i++) wv[i] = *reinterpret_cast<const float2*>(wrow[i] + u * CL_LANES);
 #pragma unroll
-        for (int mi = 0; mi < RPC; mi++) {
-          if (mi < nrows) {
-            const float2 s2 = *reinterpret_cast<const float2*>(&sv[mi][u][2 * lane]);
+          for (int mi = 0; mi < RPC; mi++) {
+            if (mi < nrows) {
+              const float2 s2 = *reinterpret_cast<const float2*>(&sv[mi][u][2 * lane]);
+              if (SQ_LOAD) wv[0] = *reinterpret_cast<const float2*>(f0 + mi * f0_row + u * CL_LANES);
 #pragma unroll
-            for (int i = 0; i < NCH; i++) {
-              const float mx = i == 0 && sq ? s2.x : wv[i].x, my = i == 0 && sq ? s2.y : wv[i].y;
-              a0[mi][i] = ADD(a0[mi][i], MUL(s2.x, mx));
-              a1[mi][i] = ADD(a1[mi][i], MUL(s2.y, my));
+              for (int i = 0; i < NCH; i++) {
+                const bool self = !SQ_LOAD && i == 0 && sq;
+                const float mx = self ? s2.x : wv[i].x, my = self ? s2.y : wv[i].y;
+                a0[mi][i] = ADD(a0[mi][i], MUL(s2.x, mx));
+                a1[mi][i] = ADD(a1[mi][i], MUL(s2.y, my));
+              }
             }
           }
         }
       }
-
 #pragma unroll
       for (int mi = 0; mi < RPC; mi++) {
         if (mi < nrows) {
@@ -635,63 +736,22 @@ __device__ void cluster_cycle(const CArgs& p) {
               float v = ADD(a0[mi][i], a1[mi][i]);  // lanes 2*lane, 2*lane+1: the tree's first level
 #pragma unroll
               for (int off = 1; off < 32; off <<= 1) v = ADD(v, __shfl_down_sync(0xffffffffu, v, off));
-              if (lane == 0) part[buf][mi][c] = v;
+              if (lane == 0) part[mi * CL_CHAINS + c] = v;
             }
           }
         }
       }
     }
-    dstamp(ds, 2);
-    // X: every block's partials through distributed shared memory, the 16-block tree, the mixes
-#ifdef CL_RELAXED_ARRIVE  // timing ablation: no release at the cluster barrier (the exchange may then read stale partials)
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-#else
-    cluster_arrive();
-#endif
-    cluster_wait();
-    dstamp(ds, 3);
-    // every warp of this block is past its dot products: the next step's weights may land in wsm
-#ifndef CL_NO_FETCH  // timing ablation: the first step's weights stay (inexact)
-    wpending = work && s + 1 < p.nsteps;
-#ifndef CL_FETCH_LATE  // tuning: the copy at the start of the next step, after this step's fold (slower)
-    if (wpending && t == 0) fetch_weights<Q>(p, s + 1, nxt_nout, r, L0, wsm, &wbar);
-#endif
-#else
-    wpending = false;
-#endif
-    if (work) {
-      // a thread per (row, output): the 16 blocks' partials of the output and of the sum of squares
-      // loaded at once (distributed shared memory), the 16-block adjacent-pair tree in registers
-      const int npairs = nrows * (nout + 1);
-      const float N = (float)(HC * A.D);
-      if (t < npairs) {
-        const int mi = t / (nout + 1), c = t % (nout + 1);
-        float v[CL_SIZE], q[CL_SIZE];
-#pragma unroll
-        for (int j = 0; j < CL_SIZE; j++) {
-          v[j] = ld_dsmem(&part[buf][mi][c], j);
-          q[j] = ld_dsmem(&part[buf][mi][0], j);
-        }
-#pragma unroll
-        for (int step = 1; step < CL_SIZE; step <<= 1)
-#pragma unroll
-          for (int j = 0; j < CL_SIZE; j += 2 * step) {
-            v[j] = ADD(v[j], v[j + step]);
-            q[j] = ADD(q[j], q[j + step]);
-          }
-        if (c > 0) mix[mi][c - 1] = MUL(v[0], DIV(1.0f, SQRT(ADD(DIV(q[0], N), A.norm_eps))));
-      }
-    }
-    // the next step's arguments and header (helpers read them in B; every thread in C), loaded in C
+    // the next step's arguments and header (loaded at the step's start; its slot was step s - 1's): read by
+    // the weight copy below, the helpers in B and every thread in the next step
     if (s + 1 < p.nsteps) {
       if (t < AW) reinterpret_cast<u64*>(&args_s[(s + 1) & 1])[t] = nx_w;
       else if (t < AW + 10) hdr_s[(s + 1) & 1][t - AW] = (int)nx_w;
       else if (t == AW + 10) ordoff_s[(s + 1) & 1] = (long long)nx_w;
     }
-    if (bj >= 0 && bj < 27) bsc_s[bj] = bsc;
     __syncthreads();
-    dstamp_after(ds, 4, &mix[0][23]);
-    // B: Sinkhorn warps (two rows each) and helper warps (y, join, the next all-reduce)
+    dstamp_after(ds, 2, &part[0]);
+    // the roles of B: Sinkhorn warps (two rows each), helper warps (y, join, the next all-reduce)
     const int nsk = work && op != OP_POST_HEAD ? (nrows + 1) / 2 : 0;
     // helper warps: the others, except (CL_ISOLATE_SK, one or two Sinkhorn warps) those that share a
     // Sinkhorn warp's scheduler (warp w issues on sub-partition w % 4): the Sinkhorn is the step's serial
@@ -702,6 +762,77 @@ __device__ void cluster_cycle(const CArgs& p) {
     const int nh = (iso ? (NW / 4) * (4 - nsk) : NW - nsk) * 32;
     // the flag-and-data join (one row group a rank, a fused all-reduce next; CL_COUNTER_JOIN: the counter)
     const bool ll = CL_LL_JOIN && p.ll && p.groups == 1 && s + 1 < p.nsteps && hdr_s[(s + 1) & 1][2];
+    const int ht = hw * 32 + lane;  // (helpers) rank among the helper threads
+    const int* nh_ = hdr_s[(s + 1) & 1];  // the next step's header and arguments (stored above)
+    const MhcArgs& A1 = args_s[(s + 1) & 1];
+    int nrow0 = 0, nn = 0;
+    if (s + 1 < p.nsteps) rows_of(nh_[5], p.groups, g, nrow0, nn);
+    const int n1 = nn * Q * CL_LANES;
+    const unsigned char* ordg = s + 1 < p.nsteps ? p.order + ordoff_s[(s + 1) & 1] : nullptr;
+    // flag-and-data join: this rank's partial of the next all-reduce for the elements a helper thread
+    // publishes (i = ht + j*nh; a producer holds what it publishes) and their first ranks in the fold (the
+    // host table), loaded here, before the exchange and the weight copy, and used after the rank's barrier
+    // in B (loaded at the start of B they came back behind the weight copy, after y: the publish waited)
+    // (nothing uses them before the barrier: a use, even a shift into a packed word, would stall the warp
+    // until the load returns)
+    unsigned own[NE], firstb[NE];
+    if (ll && helper) {
+      const bool bf = A1.ring.is_bf16;
+#pragma unroll
+      for (int j = 0; j < NE; j++) {
+        const bool on = ht + j * nh < n1;
+        const size_t e = elem_of<Q>(on ? ht + j * nh : 0, L0, nrow0, A1.D);
+        own[j] = on ? raw_bits(bf, A1.peers[r], e) : 0u;
+        firstb[j] = on ? ordg[e] : 0u;
+      }
+    }
+    // X: the block's partials pushed into every block of the cluster (warp w to blocks w, w + NW, ..., a
+    // 16-byte piece a lane), then a thread per (row, output) waits until every block's are in (its own
+    // mbarrier: no cluster barrier, whose release was a gpu-scope fence behind every store of C), reads
+    // the 16 blocks' partials of the output and of the sum of squares, and finishes the 16-block
+    // adjacent-pair tree: the mixes
+    for (int d = w; d < CL_SIZE; d += NW) {
+      const unsigned rb = dsmem_addr(&xbar[buf], d), ra = dsmem_addr(&recv[buf][b][0], d);
+      for (int j = lane; j < npieces; j += 32) push_dsmem(ra + 16 * j, *reinterpret_cast<const float4*>(&part[4 * j]), rb);
+    }
+    // every warp of this block is past its dot products: the next step's weights may land in wsm (the copy
+    // issued by thread 0, which waits for no gpu-scope fence before it lands: a helper's rank barrier
+    // would wait for the whole copy)
+#ifndef CL_NO_FETCH  // timing ablation: the first step's weights stay (inexact)
+    wpending = work && s + 1 < p.nsteps;
+    if (wpending && t == 0) fetch_weights<Q>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, &wbar);
+#else
+    wpending = false;
+#endif
+    {
+      const int npairs = nrows * (nout + 1);
+      if (t < npairs) {
+        mbar_wait_cluster(&xbar[buf], (s >> 1) & 1, p.err, p.timeout_ns, s);
+        if (t == 0) dstamp(ds, 3);
+        if (work) {
+          const float N = (float)(HC * A.D);
+          const int mi = t / (nout + 1), c = t % (nout + 1);
+          float v[CL_SIZE], q[CL_SIZE];
+#pragma unroll
+          for (int j = 0; j < CL_SIZE; j++) {
+            v[j] = recv[buf][j][mi * CL_CHAINS + c];
+            q[j] = recv[buf][j][mi * CL_CHAINS];
+          }
+#pragma unroll
+          for (int step = 1; step < CL_SIZE; step <<= 1)
+#pragma unroll
+            for (int j = 0; j < CL_SIZE; j += 2 * step) {
+              v[j] = ADD(v[j], v[j + step]);
+              q[j] = ADD(q[j], q[j + step]);
+            }
+          if (c > 0) mix[mi][c - 1] = MUL(v[0], DIV(1.0f, SQRT(ADD(DIV(q[0], N), A.norm_eps))));
+        }
+      }
+    }
+    if (bj >= 0 && bj < 27) bsc_s[bj] = bsc;
+    __syncthreads();
+    dstamp_after(ds, 4, &mix[0][23]);
+    // B: Sinkhorn warps (two rows each) and helper warps (y, join, the next all-reduce)
     if (ll && !helper) cluster_arrive_relaxed();  // warps that make no y arrive at the rank's barrier at once
                                                   // (relaxed: they publish nothing through it)
     if (w < nsk) {
@@ -720,29 +851,6 @@ __device__ void cluster_cycle(const CArgs& p) {
       }
       dstamp(ds, 5);
     } else if (helper) {
-      const int ht = hw * 32 + lane;
-      const int* nh_ = hdr_s[(s + 1) & 1];  // the next step's header and arguments (copied in X)
-      const MhcArgs& A1 = args_s[(s + 1) & 1];
-      int nrow0 = 0, nn = 0;
-      if (s + 1 < p.nsteps) rows_of(nh_[5], p.groups, g, nrow0, nn);
-      const int n1 = nn * Q * CL_LANES;
-      // flag-and-data join: this rank's partial of the next all-reduce for the elements this thread
-      // publishes (i = ht + j*nh; a producer holds what it publishes) and their first ranks in the fold
-      // (the host table): loaded into registers before y, used after the rank's barrier
-      const unsigned char* ordg = s + 1 < p.nsteps ? p.order + ordoff_s[(s + 1) & 1] : nullptr;  // (offset copied in X)
-      // (nothing uses them before the barrier: a use, even a shift into a packed word, would stall the warp
-      // until the load returns, before y)
-      unsigned own[NE], firstb[NE];
-      if (ll) {
-        const bool bf = A1.ring.is_bf16;
-#pragma unroll
-        for (int j = 0; j < NE; j++) {
-          const bool on = ht + j * nh < n1;
-          const size_t e = elem_of<Q>(on ? ht + j * nh : 0, L0, nrow0, A1.D);
-          own[j] = on ? raw_bits(bf, A1.peers[r], e) : 0u;
-          firstb[j] = on ? ordg[e] : 0u;
-        }
-      }
       if (work && nrows > 0) {
         if (ht < nrows * HC) {
           const int mi = ht / HC, h = ht % HC;
@@ -762,7 +870,11 @@ __device__ void cluster_cycle(const CArgs& p) {
       }
       if (ll) {
         // the rank's barrier: every block of this cluster (the whole rank) has stored y
+#ifdef CL_JOIN_RELEASE  // tuning: the rank's barrier with release semantics (a gpu-scope fence in SASS: 1 us)
         cluster_arrive_any();
+#else
+        cluster_arrive_relaxed();
+#endif
         if (t == NT - 1) prefetch_partials(pf, p.groups, g, b);
 #ifndef CL_PREFETCH_EARLY
         if (CL_LOOKAHEAD > 0 && ht == 32 && s + CL_LOOKAHEAD < p.nsteps) prefetch_l2<Q>(p.steps[s + CL_LOOKAHEAD], r, b);
@@ -800,7 +912,11 @@ __device__ void cluster_cycle(const CArgs& p) {
 #else
         if (ht == 0 && !(skipper && s == p.skip_step))
 #endif
+#ifdef CL_JOIN_RELEASE
           asm volatile("red.release.gpu.global.add.u64 [%0], %1;" :: "l"(p.join + s), "l"(1ull) : "memory");
+#else
+          asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" :: "l"(p.join + s), "l"(1ull) : "memory");
+#endif
         if (s + 1 < p.nsteps) {
           if (t == NT - 1) prefetch_partials(pf, p.groups, g, b);  // (a helper: nsk <= 4 of 8 or 16 warps)
 #ifndef CL_PREFETCH_EARLY
@@ -829,7 +945,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     dstamp_after(ds, 6, &xs[0][0][CL_LANES - 1]);
   }
   if (stamper && p.trace) p.trace[p.nsteps] = globaltimer();
-  // no block leaves while another may still read its shared memory (the last exchange)
+  // no block leaves while another may still store into its shared memory (the last exchange)
   cluster_arrive();
   cluster_wait();
 }

@@ -2,7 +2,7 @@
 
 One cluster per (emulated rank, row group) holds that chain for the whole launch: its blocks keep
 their lanes' stream values in shared memory from one boundary to the next, meet each other only
-through distributed shared memory behind a cluster barrier, and every cluster meets the others only
+through asynchronous stores into each other's shared memory (st.async on an mbarrier), and every cluster meets the others only
 at the all-reduces' joins (flag-and-data words where a rank is one cluster, else 64-bit counters; both
 only grow). `--cycle auto` takes it where it was measured faster than the graph. The step table is the
 persistent cycle's (steps.py); buffers, poisoning and every check are the graph session's.
@@ -91,9 +91,10 @@ def check_cycle(cycle, plan) -> None:
 
 
 #: `--cycle auto` takes the cluster cycle only where it was measured faster than the graph path (H200,
-#: dsv4-flash, docs/BENCHMARKS.md seventh session): one row group a rank (the flag-and-data joins) and at
-#: most this many rows a step. At 4 and 8 rows, or with several row groups a rank, the graph path wins.
-AUTO_MAX_ROWS = 2
+#: dsv4-flash, docs/BENCHMARKS.md eighth session: 1.27x at 1 and 2 rows, 1.15x at 4, 1.05x at 8): one row
+#: group a rank (the flag-and-data joins) and at most this many rows a step (the largest build). With
+#: several row groups a rank (TP1 on an H200: the counter join) the two are even and the graph path runs.
+AUTO_MAX_ROWS = 8
 #: The commands the kernel runs (everything else, MoE and dense sub-blocks, is graph nodes only).
 KERNEL_OPS = ("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head")
 
@@ -144,7 +145,9 @@ class ClusterSession(PersistentSession):
         self.threads = block_threads()
         rows = [cycle.geometry.phase(cycle.commands[st.cmd].boundary.phase).rows for st in self.plan]
         q = cycle.geometry.hidden // 1024
-        self.dyn_smem = 24 * 4 * q * (1024 // CL_SIZE) * 4  # the block's weights of one step (wsm)
+        # the block's weights of one step (wsm), then the exchange's partials of every block (recv: two step
+        # parities x 16 blocks x rows x 25 chains, sized for the largest build so that one probe serves all)
+        self.dyn_smem = 24 * 4 * q * (1024 // CL_SIZE) * 4 + 2 * CL_SIZE * -(-max(RPC_BUILDS) * 25 // 4) * 4 * 4
         # the most clusters the device holds at once decides the row groups per rank
         probe = self._function(q, max(RPC_BUILDS), fma)
         most = self._max_clusters(probe)
@@ -277,8 +280,8 @@ class ClusterSession(PersistentSession):
                 "the watchdog")
 
     def barrier_ms(self, reps: int = 20) -> float:
-        """Median launch time of the same grid doing only its synchronization (cluster barrier and
-        join of every step), per step."""
+        """Median launch time of the same grid doing only its synchronization (the partials' exchange
+        and join of every step), per step."""
         times = sorted(self.launch(mode=1) for _ in range(reps))
         return times[len(times) // 2] / len(self.plan)
 
