@@ -54,6 +54,22 @@ def test_the_fold_builds_for_every_rank_count(ranks, tmp_path, monkeypatch):
     assert rep["spill_stores"] == 0 and rep["spill_loads"] == 0 and rep["stack"] == 0, rep
 
 
+def test_the_kernel_refuses_to_build_with_less_dynamic_shared_memory_than_it_addresses(tmp_path, monkeypatch):
+    """The launch's dynamic shared memory (dyn_smem_bytes) is checked against what the kernel addresses
+    (weights, then every block's partials) at build time: one byte less does not build."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
+    from decoder_shell.drivers.cuda.cluster_cycle import RPC_BUILDS, dyn_smem_bytes
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
+    from decoder_shell.errors import BuildError
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    src, entry = source(4, max(RPC_BUILDS))
+    assert f"<= {dyn_smem_bytes(4)}," in src
+    assert entry.encode() in compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
+    short = src.replace(f"<= {dyn_smem_bytes(4)},", f"<= {dyn_smem_bytes(4) - 1},")
+    with pytest.raises(BuildError, match="dynamic shared memory"):
+        compile_cubin(short, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
+
+
 def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
     from decoder_shell.drivers.cuda.nvrtc import FMA_FLAGS, compile_cubin

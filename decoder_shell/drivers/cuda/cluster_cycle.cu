@@ -596,6 +596,12 @@ __device__ __forceinline__ void dstamp_after(u64* st, int k, const void* word) {
   st[k] = v;
 }
 
+// Bytes of dynamic shared memory the kernel addresses: wsm ([24][HC * Q][64] floats), then recv ([2][16][PS]).
+template <int Q, int RPC>
+__host__ __device__ constexpr int cl_partials_floats() { return (RPC * CL_CHAINS + 3) / 4 * 4; }
+template <int Q, int RPC>
+__host__ __device__ constexpr int cl_dyn_smem() { return 4 * (24 * HC * Q * CL_LANES + 2 * CL_SIZE * cl_partials_floats<Q, RPC>()); }
+
 template <int Q, int RPC, int NT, int R>
 __device__ void cluster_cycle(const CArgs& p) {
   constexpr int NW = NT / 32, NCH = (CL_CHAINS + NW - 1) / NW;  // warps; chains a warp
@@ -609,7 +615,7 @@ __device__ void cluster_cycle(const CArgs& p) {
   __shared__ float xs[RPC][Q][CL_LANES];        // x of the next step (folded)
   __shared__ u64 xbar[2];                       // the exchange of step s is complete: xbar[s & 1]
   __shared__ float mix[RPC][24];
-  constexpr int PS = (RPC * CL_CHAINS + 3) / 4 * 4;  // floats of one block's partials of a step (rows x 25, padded)
+  constexpr int PS = cl_partials_floats<Q, RPC>();  // floats of one block's partials of a step (rows x 25, padded)
   __shared__ __align__(16) float part[PS];      // this block's partials: [row * 25 + chain] (0: sum of squares, 1 + o)
   __shared__ float pc[RPC][HC + HC * HC];       // post, comb for the next step
   __shared__ float pre_s[RPC][HC];

@@ -48,12 +48,21 @@ class CArgs(C.Structure):
                 ("ll_stride", C.c_longlong), ("ll_seq0", C.c_uint), ("pad3_", C.c_int)]
 
 
+def dyn_smem_bytes(q: int) -> int:
+    """The launch's dynamic shared memory a block: its weights of one step (wsm: 24 outputs x 4q rows x 64
+    lanes), then every block's partials of two steps (recv: 2 x 16 blocks x rows x 25 chains, padded to
+    16-byte pieces), sized for the largest build so that one occupancy probe serves every build. The
+    kernel asserts at build time that this holds what it addresses."""
+    return 4 * (24 * 4 * q * (1024 // CL_SIZE) + 2 * CL_SIZE * (-(-max(RPC_BUILDS) * 25 // 4) * 4))
+
+
 def source(q: int, rpc: int, threads: int = THREADS, ranks: int = 4) -> tuple[str, str]:
     """The kernel for hidden size 1024q, rpc rows a cluster, `threads` a block and a cycle of `ranks`
     ranks (the all-reduce fold is unrolled over exactly the ranks it reads: its loads are issued
     together, and no code is spent on the ranks a cycle does not have)."""
     entry = f"cluster_q{q}_r{rpc}_t{threads}_n{ranks}"
-    wrapper = (f'extern "C" __global__ void __launch_bounds__({threads}, 1) {entry}(const CArgs p) '
+    wrapper = (f'static_assert(cl_dyn_smem<{q}, {rpc}>() <= {dyn_smem_bytes(q)}, "dynamic shared memory");\n'
+               f'extern "C" __global__ void __launch_bounds__({threads}, 1) {entry}(const CArgs p) '
                f'{{ cluster_cycle<{q}, {rpc}, {threads}, {ranks}>(p); }}\n')
     return SOURCE + PERSISTENT_SOURCE + CLUSTER_SOURCE + wrapper, entry
 
@@ -145,9 +154,7 @@ class ClusterSession(PersistentSession):
         self.threads = block_threads()
         rows = [cycle.geometry.phase(cycle.commands[st.cmd].boundary.phase).rows for st in self.plan]
         q = cycle.geometry.hidden // 1024
-        # the block's weights of one step (wsm), then the exchange's partials of every block (recv: two step
-        # parities x 16 blocks x rows x 25 chains, sized for the largest build so that one probe serves all)
-        self.dyn_smem = 24 * 4 * q * (1024 // CL_SIZE) * 4 + 2 * CL_SIZE * -(-max(RPC_BUILDS) * 25 // 4) * 4 * 4
+        self.dyn_smem = dyn_smem_bytes(q)
         # the most clusters the device holds at once decides the row groups per rank
         probe = self._function(q, max(RPC_BUILDS), fma)
         most = self._max_clusters(probe)
