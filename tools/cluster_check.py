@@ -128,7 +128,9 @@ def profile(drv, rows: int, tp: int, reps: int = 30) -> dict:
         sk = d[body, 5] - d[body, 4]
         per_phase["(Sinkhorn warp alone)"] = float(np.median(sk)) / 1e3
         # the helper warps' path beside it (helper thread 0's stamps): y, the join, the next fold
-        for name, k0, k1 in (("(helpers: pre + y)", 4, 8), ("(helpers: join)", 8, 7), ("(helpers: barrier)", 7, 10),
+        # (where a rank is one cluster: 8 -> 7 the rank's barrier, 7 -> 10 publishing the words; else the grid
+        # counter's arrival and poll, then every helper past it)
+        for name, k0, k1 in (("(helpers: pre + y)", 4, 8), ("(helpers: join)", 8, 7), ("(helpers: publish / past join)", 7, 10),
                              ("(helpers: fold)", 10, 9)):
             per_phase[name] = float(np.median(d[body, k1] - d[body, k0])) / 1e3
         hbm_us = [weight_bytes(cyc, st) / (gbps * 1e9) * 1e6 for st in plan]
