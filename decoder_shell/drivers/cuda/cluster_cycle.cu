@@ -90,22 +90,34 @@ __device__ __forceinline__ void mbar_init(u64* bar) {
 __device__ __forceinline__ void mbar_expect(u64* bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
-// The exchange's mbarriers: remote blocks complete their transactions (st.async: release at cluster scope),
-// so the wait acquires at cluster scope; the local arrival publishes nothing (mbar_expect: cta scope, where
-// cluster scope would be a gpu-scope fence).
-// (The watchdog as at the joins: past timeout_ns, or once another wait set err, it returns.)
+// The watchdog of every wait (polled every 16th round): true once another wait set err, or once this one
+// outlasted timeout_ns (then it sets err to step + 1); the wait then returns and the launch ends.
+__device__ __forceinline__ bool watchdog_stop(int* err, u64 t0, u64 timeout_ns, int step) {
+  if (*(volatile int*)err) return true;
+  if (globaltimer() - t0 <= timeout_ns) return false;
+  atomicCAS(err, 0, step + 1);
+  return true;
+}
+// One test of an mbarrier's phase; AT_CLUSTER: acquire at cluster scope (the exchange's mbarriers, whose
+// transactions remote blocks complete: st.async releases at cluster scope), else the default (cta scope).
+template <bool AT_CLUSTER>
+__device__ __forceinline__ unsigned mbar_try_wait(u64* bar, unsigned parity) {
+  unsigned done;
+  if (AT_CLUSTER)
+    asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  else
+    asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  return done;
+}
+// The exchange's wait (the local arrival publishes nothing, so it is mbar_expect's cta scope: cluster scope
+// would be a gpu-scope fence), under the watchdog.
 __device__ __forceinline__ void mbar_wait_cluster(u64* bar, unsigned parity, int* err, u64 timeout_ns, int step) {
   const u64 t0 = globaltimer();
   for (unsigned n = 0, done = 0; !done; n++) {
-    asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
-    if (!done && (n & 15) == 15) {
-      if (*(volatile int*)err) return;
-      if (globaltimer() - t0 > timeout_ns) {
-        atomicCAS(err, 0, step + 1);
-        return;
-      }
-    }
+    done = mbar_try_wait<true>(bar, parity);
+    if (!done && (n & 15) == 15 && watchdog_stop(err, t0, timeout_ns, step)) return;
   }
 }
 // Block `rank`'s address of this block's shared-memory location p (distributed shared memory).
@@ -122,10 +134,8 @@ __device__ __forceinline__ void push_dsmem(unsigned ra, float4 v, unsigned rb) {
                   "r"(__float_as_uint(v.w)), "r"(rb) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(u64* bar, unsigned parity) {
-  unsigned done = 0;
-  while (!done)
-    asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-                 : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+  while (!mbar_try_wait<false>(bar, parity)) {
+  }
 }
 
 #ifndef CL_EVICT_FIRST
@@ -365,10 +375,7 @@ __device__ __forceinline__ void fold_ll_one(const MhcArgs& a, const u64* ll, lon
   for (int t = 0; t < R; t++, rr = next_rank<R>(rr, a.ring.dir)) {
     u64 wd = ld_relaxed(ll + rr * stride + e);
     for (unsigned n = 0; ok && (unsigned)(wd >> 32) != seq; n++) {
-      if ((n & 15) == 15) {
-        if (*(volatile int*)err) ok = false;
-        else if (globaltimer() - t0 > timeout_ns) { atomicCAS(err, 0, step + 1); ok = false; }
-      }
+      if ((n & 15) == 15 && watchdog_stop(err, t0, timeout_ns, step)) ok = false;
       wd = ld_relaxed(ll + rr * stride + e);
     }
     v[t] = __uint_as_float(BF ? ((unsigned)wd & 0xffffu) << 16 : (unsigned)wd);
@@ -423,10 +430,7 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const u64* ll, long lo
         }
       }
       if (!pending) break;
-      if ((rnd & 15) == 15) {
-        if (*(volatile int*)err) ok = false;
-        else if (globaltimer() - t0 > timeout_ns) { atomicCAS(err, 0, step + 1); ok = false; }
-      }
+      if ((rnd & 15) == 15 && watchdog_stop(err, t0, timeout_ns, step)) ok = false;
     }
     if (!work || !ok) continue;
 #pragma unroll
@@ -486,25 +490,32 @@ __device__ __forceinline__ void prefetch_partials(const PartFetch& f, int groups
                          // spills at 8 rows and 8 ranks)
 #endif
 // The dot products of one warp: the first NS of its NCH chain slots (wrow: each slot's weights at lane
-// 2*lane) over the block's 64 lanes and every row, in the contract's order (lane by lane, u = 0..4Q-1); SQ:
-// slot 0 is the sum of squares (the stream value its own factor). With 16 warps, 25 chains fill 32 slots:
-// one loop for every warp computed 7 slots that are never stored and selected chain 0's factor in every
-// warp (a quarter of the loop's instructions: the dot products are issue-bound at 8 rows).
-template <int Q, int RPC, int NCH, int NS, bool SQ>
+// 2*lane) over the block's 64 lanes and every row, in the contract's order (lane by lane, u = 0..4Q-1),
+// the loop over u unrolled by U. Slot 0's factor (F0): the weights (DOT_W), the stream value itself (DOT_SQ:
+// the sum of squares), or either by warp (DOT_EITHER, `sq` for warp 0: one loop for every warp; at most two
+// rows a build it is loaded from a pointer that is sv for warp 0 and the weights for the others, one load a
+// row instead of two selects a row; with more rows, where shared-memory bandwidth is the bound, a select).
+enum { DOT_W = 0, DOT_SQ = 1, DOT_EITHER = 2 };
+template <int Q, int RPC, int NCH, int NS, int F0, int U>
 __device__ __forceinline__ void dot_chains(const float* const (&wrow)[NCH], const float (*sv)[HC * Q][CL_LANES], int nrows,
-                                           int lane, float (&a0)[RPC][NCH], float (&a1)[RPC][NCH]) {
-  CL_UNROLL(CL_DOT_UNROLL)
+                                           int lane, bool sq, float (&a0)[RPC][NCH], float (&a1)[RPC][NCH]) {
+  constexpr bool SQ_LOAD = F0 == DOT_EITHER && RPC <= 2;
+  const float* const f0 = sq ? &sv[0][0][2 * lane] : wrow[0];  // (SQ_LOAD) slot 0's factor at f0 + mi * f0_row + u * 64
+  const int f0_row = sq ? HC * Q * CL_LANES : 0;
+  CL_UNROLL(U)
   for (int u = 0; u < HC * Q; u++) {
     float2 wv[NS];
 #pragma unroll
-    for (int i = SQ ? 1 : 0; i < NS; i++) wv[i] = *reinterpret_cast<const float2*>(wrow[i] + u * CL_LANES);
+    for (int i = F0 == DOT_SQ || SQ_LOAD ? 1 : 0; i < NS; i++) wv[i] = *reinterpret_cast<const float2*>(wrow[i] + u * CL_LANES);
 #pragma unroll
     for (int mi = 0; mi < RPC; mi++) {
       if (mi < nrows) {
         const float2 s2 = *reinterpret_cast<const float2*>(&sv[mi][u][2 * lane]);
+        if (SQ_LOAD) wv[0] = *reinterpret_cast<const float2*>(f0 + mi * f0_row + u * CL_LANES);
 #pragma unroll
         for (int i = 0; i < NS; i++) {
-          const float mx = SQ && i == 0 ? s2.x : wv[i].x, my = SQ && i == 0 ? s2.y : wv[i].y;
+          const bool self = i == 0 && (F0 == DOT_SQ || (F0 == DOT_EITHER && !SQ_LOAD && sq));
+          const float mx = self ? s2.x : wv[i].x, my = self ? s2.y : wv[i].y;
           a0[mi][i] = ADD(a0[mi][i], MUL(s2.x, mx));
           a1[mi][i] = ADD(a1[mi][i], MUL(s2.y, my));
         }
@@ -740,38 +751,14 @@ __device__ void cluster_cycle(const CArgs& p) {
         if (NCH == 2 && RPC >= 4) {
           // 16 warps, four or eight rows: every warp's loop computes only the chains it stores (measured
           // 1.04x faster at 8 rows; at one and two rows 1.06x / 1.02x slower than the loop below)
-          if (sq) dot_chains<Q, RPC, NCH, 2, true>(wrow, sv, nrows, lane, a0, a1);
-          else if (chain_of<NW>(w, 1) <= nout) dot_chains<Q, RPC, NCH, 2, false>(wrow, sv, nrows, lane, a0, a1);
-          else if (chain_of<NW>(w, 0) <= nout) dot_chains<Q, RPC, NCH, 1, false>(wrow, sv, nrows, lane, a0, a1);
+          constexpr int U = CL_DOT_UNROLL;
+          if (sq) dot_chains<Q, RPC, NCH, 2, DOT_SQ, U>(wrow, sv, nrows, lane, sq, a0, a1);
+          else if (chain_of<NW>(w, 1) <= nout) dot_chains<Q, RPC, NCH, 2, DOT_W, U>(wrow, sv, nrows, lane, sq, a0, a1);
+          else if (chain_of<NW>(w, 0) <= nout) dot_chains<Q, RPC, NCH, 1, DOT_W, U>(wrow, sv, nrows, lane, sq, a0, a1);
         } else {
           // branch-free: every chain of the warp accumulates (a chain past nout reads output 0's weights and
-          // is never stored); chain 0 (warp 0's first) multiplies the stream value by itself: at most two
-          // rows a build, its factor is loaded from a pointer that is sv for warp 0 and the weights for the
-          // others (one load a row instead of two selects a row); with more rows (the 256-thread builds),
-          // where shared-memory bandwidth is the bound, the select
-          constexpr bool SQ_LOAD = RPC <= 2;
-          const float* const f0 = sq ? &sv[0][0][2 * lane] : wrow[0];  // chain 0's factor at f0 + mi * f0_row + u * 64
-          const int f0_row = sq ? HC * Q * CL_LANES : 0;
-#pragma unroll
-          for (int u = 0; u < HC * Q; u++) {
-            float2 wv[NCH];
-#pragma unroll
-            for (int i = SQ_LOAD ? 1 : 0; i < NCH; i++) wv[i] = *reinterpret_cast<const float2*>(wrow[i] + u * CL_LANES);
-#pragma unroll
-            for (int mi = 0; mi < RPC; mi++) {
-              if (mi < nrows) {
-                const float2 s2 = *reinterpret_cast<const float2*>(&sv[mi][u][2 * lane]);
-                if (SQ_LOAD) wv[0] = *reinterpret_cast<const float2*>(f0 + mi * f0_row + u * CL_LANES);
-#pragma unroll
-                for (int i = 0; i < NCH; i++) {
-                  const bool self = !SQ_LOAD && i == 0 && sq;
-                  const float mx = self ? s2.x : wv[i].x, my = self ? s2.y : wv[i].y;
-                  a0[mi][i] = ADD(a0[mi][i], MUL(s2.x, mx));
-                  a1[mi][i] = ADD(a1[mi][i], MUL(s2.y, my));
-                }
-              }
-            }
-          }
+          // is never stored)
+          dot_chains<Q, RPC, NCH, NCH, DOT_EITHER, HC * Q>(wrow, sv, nrows, lane, sq, a0, a1);
         }
       }
 #pragma unroll
