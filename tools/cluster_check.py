@@ -43,6 +43,8 @@ from decoder_shell.replay.selfcheck import perturb, run_case  # noqa: E402
 from persistent_profile import hbm_bandwidth  # noqa: E402
 
 FORM = "persistent-cluster"
+# (from stamp k to k + 1 of block 0's thread 0: "partials in" until its own wait on the exchange passed, "tree +
+# mixes" until its own rows' mixes are made: no block barrier follows the exchange)
 PHASES = ("stream values", "dot products", "partials in", "tree + mixes", "Sinkhorn / y + join",
           "to next step")
 
@@ -127,7 +129,8 @@ def profile(drv, rows: int, tp: int, reps: int = 30) -> dict:
         per_phase = {name: float(np.median(c[body])) / 1e3 for name, c in zip(PHASES, cols)}
         sk = d[body, 5] - d[body, 4]
         per_phase["(Sinkhorn warp alone)"] = float(np.median(sk)) / 1e3
-        # the helper warps' path beside it (helper thread 0's stamps): y, the join, the next fold
+        # the helper warps' path beside it (helper thread 0's stamps, the first from thread 0's mixes): pre and
+        # y, the join, the next fold
         # (where a rank is one cluster: 8 -> 7 the rank's barrier, 7 -> 10 publishing the words; else the grid
         # counter's arrival and poll, then every helper past it)
         for name, k0, k1 in (("(helpers: pre + y)", 4, 8), ("(helpers: join)", 8, 7), ("(helpers: publish / past join)", 7, 10),

@@ -21,10 +21,11 @@
 //      block's 8 or 16 warps, every warp over all 64 lanes), the 64-lane tree in each warp, the
 //      block's partials into shared memory; the next step's arguments stored; block barrier;
 //   X  the block's partials pushed into all 16 blocks (st.async), the weights of s+1 requested, the
-//      helpers' loads for the next join issued; a thread per (row, output) waits on its own mbarrier for
-//      the 16 blocks' partials and finishes the 16-block tree: the mixes of its rows;
-//   B  warps 0..: Sinkhorn (two rows a warp) -> post/comb of s+1; the other warps: pre and the
-//      collapse y of its columns, then the join of s+1's all-reduce and its fold for the block's
+//      helpers' loads for the next join issued;
+//   B  (no block barrier after X: every thread that splits a mix waits on the block's mbarrier for the
+//      16 blocks' partials itself and finishes the 16-block tree of the chains it needs) warps 0..:
+//      Sinkhorn (two rows a warp, a lane per comb entry) -> post/comb of s+1; the other warps: pre (a
+//      thread per row and stream), the collapse y of its columns, then the join of s+1's all-reduce and its fold for the block's
 //      columns: where a rank is one cluster, a cluster barrier (the whole rank stored y) and the rank's
 //      partial published as flag-and-data words that the fold waits on (fold_ll); else an arrival on the
 //      step's grid counter, the fold's first ranks (host table) while it waits, then the fold.
@@ -358,7 +359,9 @@ __device__ __forceinline__ void cluster_arrive_any() { asm volatile("barrier.clu
 __device__ __forceinline__ void cluster_wait_any() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
 #ifndef CL_LL_WORDS
-#define CL_LL_WORDS 8  // words a thread waits for at once (CL_LL_WORDS / R elements; more spilled at 512 threads)
+#define CL_LL_WORDS 12  // words a thread waits for at once (CL_LL_WORDS / R elements, at most its NE): at four
+                        // ranks a thread's three elements at four rows in one round trip and its six at eight rows
+                        // in two, where 8 words took two and three one after the other (24 spills at 512 threads)
 #endif
 // First ranks of a thread's elements packed four bits each (ranks < 8), eight a register.
 template <int N>
@@ -395,7 +398,7 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const u64* ll, long lo
                                         const unsigned (&fp)[(NE + 7) / 8], const unsigned char* ordg, int row0, int nrows,
                                         int L0, float (*xs)[Q][CL_LANES], int it, int nt, bool work, int* err,
                                         u64 timeout_ns, int step) {
-  constexpr int B = CL_LL_WORDS / R > 0 ? CL_LL_WORDS / R : 1;
+  constexpr int BW = CL_LL_WORDS / R > 0 ? CL_LL_WORDS / R : 1, B = BW < NE ? BW : (NE > 0 ? NE : 1);
   const int n = nrows * Q * CL_LANES, dir = a.ring.dir;
   bool ok = true;
 #pragma unroll
@@ -489,6 +492,12 @@ __device__ __forceinline__ void prefetch_partials(const PartFetch& f, int groups
 #define CL_DOT_UNROLL 4  // the dot products' loop over u unrolled by this much (16, all of it: 128 registers and
                          // spills at 8 rows and 8 ranks)
 #endif
+#ifndef CL_DOT_SPLIT_ROWS
+#define CL_DOT_SPLIT_ROWS 1  // builds of at least this many rows take the split dot-product loops (16 warps)
+#endif
+#ifndef CL_DOT_TILE
+#define CL_DOT_TILE 1  // at eight rows, four rows by four chains a warp (0: every row by two chains)
+#endif
 // The dot products of one warp: the first NS of its NCH chain slots (wrow: each slot's weights at lane
 // 2*lane) over the block's 64 lanes and every row, in the contract's order (lane by lane, u = 0..4Q-1),
 // the loop over u unrolled by U. Slot 0's factor (F0): the weights (DOT_W), the stream value itself (DOT_SQ:
@@ -496,7 +505,10 @@ __device__ __forceinline__ void prefetch_partials(const PartFetch& f, int groups
 // rows a build it is loaded from a pointer that is sv for warp 0 and the weights for the others, one load a
 // row instead of two selects a row; with more rows, where shared-memory bandwidth is the bound, a select).
 enum { DOT_W = 0, DOT_SQ = 1, DOT_EITHER = 2 };
-template <int Q, int RPC, int NCH, int NS, int F0, int U>
+// FULL: every one of the RPC rows is a row of the step (no test a row: a branch a row and u kept the
+// compiler from issuing any load before the branch, so every shared-memory load was waited for by the
+// multiply right behind it).
+template <int Q, int RPC, int NCH, int NS, int F0, int U, bool FULL>
 __device__ __forceinline__ void dot_chains(const float* const (&wrow)[NCH], const float (*sv)[HC * Q][CL_LANES], int nrows,
                                            int lane, bool sq, float (&a0)[RPC][NCH], float (&a1)[RPC][NCH]) {
   constexpr bool SQ_LOAD = F0 == DOT_EITHER && RPC <= 2;
@@ -509,7 +521,7 @@ __device__ __forceinline__ void dot_chains(const float* const (&wrow)[NCH], cons
     for (int i = F0 == DOT_SQ || SQ_LOAD ? 1 : 0; i < NS; i++) wv[i] = *reinterpret_cast<const float2*>(wrow[i] + u * CL_LANES);
 #pragma unroll
     for (int mi = 0; mi < RPC; mi++) {
-      if (mi < nrows) {
+      if (FULL || mi < nrows) {
         const float2 s2 = *reinterpret_cast<const float2*>(&sv[mi][u][2 * lane]);
         if (SQ_LOAD) wv[0] = *reinterpret_cast<const float2*>(f0 + mi * f0_row + u * CL_LANES);
 #pragma unroll
@@ -522,6 +534,14 @@ __device__ __forceinline__ void dot_chains(const float* const (&wrow)[NCH], cons
       }
     }
   }
+}
+
+// dot_chains for the warp's nrows rows: the loop without a test a row where they are all of the build's RPC.
+template <int Q, int RPC, int NCH, int NS, int F0, int U>
+__device__ __forceinline__ void dot_rows(const float* const (&wrow)[NCH], const float (*sv)[HC * Q][CL_LANES], int nrows,
+                                         int lane, bool sq, float (&a0)[RPC][NCH], float (&a1)[RPC][NCH]) {
+  if (nrows == RPC) dot_chains<Q, RPC, NCH, NS, F0, U, true>(wrow, sv, nrows, lane, sq, a0, a1);
+  else dot_chains<Q, RPC, NCH, NS, F0, U, false>(wrow, sv, nrows, lane, sq, a0, a1);
 }
 
 // C of one step: the stream values of the block's columns of its rows from x (xs), the residual and
@@ -607,6 +627,29 @@ __device__ __forceinline__ void dstamp_after(u64* st, int k, const void* word) {
   st[k] = v;
 }
 
+// A stamp once v is in a register (the clock read cannot be scheduled before the work that makes v).
+__device__ __forceinline__ void dstamp_dep(u64* st, int k, float v) {
+  if (!st) return;
+  u64 c;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(c) : "f"(v) : "memory");
+  st[k] = c;
+}
+
+// The 16 blocks' partials of one chain (recv[.][block][idx]) in the contract's adjacent-pair tree.
+template <int PS>
+__device__ __forceinline__ float exchange_sum(const float (*rb)[PS], int idx) {
+  float v[CL_SIZE];
+#pragma unroll
+  for (int j = 0; j < CL_SIZE; j++) v[j] = rb[j][idx];
+#pragma unroll
+  for (int step = 1; step < CL_SIZE; step <<= 1)
+#pragma unroll
+    for (int j = 0; j < CL_SIZE; j += 2 * step) v[j] = ADD(v[j], v[j + step]);
+  return v[0];
+}
+// A row's factor of every mix from its sum of squares: 1 / sqrt(ss / N + eps) (mix = dot * it).
+__device__ __forceinline__ float mix_scale(float ss, float N, float eps) { return DIV(1.0f, SQRT(ADD(DIV(ss, N), eps))); }
+
 // Bytes of dynamic shared memory the kernel addresses: wsm ([24][HC * Q][64] floats), then recv ([2][16][PS]).
 template <int Q, int RPC>
 __host__ __device__ constexpr int cl_partials_floats() { return (RPC * CL_CHAINS + 3) / 4 * 4; }
@@ -616,6 +659,10 @@ __host__ __device__ constexpr int cl_dyn_smem() { return 4 * (24 * HC * Q * CL_L
 template <int Q, int RPC, int NT, int R>
 __device__ void cluster_cycle(const CArgs& p) {
   constexpr int NW = NT / 32, NCH = (CL_CHAINS + NW - 1) / NW;  // warps; chains a warp
+  // the dot products' tiling: RW rows by NC chain slots a warp, chain c in group c % CW (TILE: at eight rows
+  // and 16 warps, two row blocks of four by eight groups of up to four chains; else every row, NCH slots)
+  constexpr bool TILE = CL_DOT_TILE && RPC == 8 && NW == 16;
+  constexpr int RW = TILE ? 4 : RPC, CW = TILE ? 8 : NW, NC = TILE ? 4 : NCH;
   constexpr int AW = sizeof(MhcArgs) / 8;                        // 8-byte words of one step's arguments
   static_assert(AW + 11 <= NT, "a thread per word of the next step's arguments, header and order offset");
   // elements a helper thread publishes at the flag-and-data join, for the fewest helpers a step leaves
@@ -625,12 +672,10 @@ __device__ void cluster_cycle(const CArgs& p) {
   __shared__ __align__(16) float sv[RPC][HC * Q][CL_LANES];   // this block's stream values (fp32 of the bf16), element order u
   __shared__ float xs[RPC][Q][CL_LANES];        // x of the next step (folded)
   __shared__ u64 xbar[2];                       // the exchange of step s is complete: xbar[s & 1]
-  __shared__ float mix[RPC][24];
   constexpr int PS = cl_partials_floats<Q, RPC>();  // floats of one block's partials of a step (rows x 25, padded)
   __shared__ __align__(16) float part[PS];      // this block's partials: [row * 25 + chain] (0: sum of squares, 1 + o)
   __shared__ float pc[RPC][HC + HC * HC];       // post, comb for the next step
   __shared__ float pre_s[RPC][HC];
-  __shared__ float bsc_s[24 + 3];               // the step's base [nout] and scale [3 or 1] (loaded in C, stored in X)
   __shared__ MhcArgs args_s[2];                 // step s's arguments for this rank at [s & 1]
   __shared__ int hdr_s[2][10];                  // step s's header (PStep's first ten ints) at [s & 1]
   __shared__ long long ordoff_s[2];             // where step s's first ranks start in the order table, at [s & 1]
@@ -689,16 +734,33 @@ __device__ void cluster_cycle(const CArgs& p) {
     const MhcArgs& A = args_s[s & 1];
     const int op = hd[1], nout = hd[3], buf = s & 1;
     const bool carried = hd[6] == s - 1 && s > 0;
-    // the next step's arguments and header: loaded into registers now, stored into shared memory in X
-    // (the L2 round trip overlaps C and A instead of lengthening the exchange)
-    u64 nx_w = 0;
-    // the step's base and scale (params in global memory: the weight stream may have pushed them out of
-    // L2) the same way, for the mixes' splits in B: the last warp, lanes 0..26
-    float bsc = 0.0f;
-    const int bj = t - (NT - 32);
-    if (work && bj >= 0 && bj < 27) {
-      if (bj < nout) bsc = A.base[bj];
-      else if (bj >= 24 && bj - 24 < (op == OP_POST_HEAD ? 1 : 3)) bsc = A.scale[bj - 24];
+    int row0, nrows;
+    rows_of(hd[5], p.groups, g, row0, nrows);
+    // the roles of B: Sinkhorn warps (two rows each), helper warps (y, join, the next all-reduce)
+    const int nsk = work && op != OP_POST_HEAD ? (nrows + 1) / 2 : 0;
+    // helper warps: the others, except (CL_ISOLATE_SK, one or two Sinkhorn warps) those that share a
+    // Sinkhorn warp's scheduler (warp w issues on sub-partition w % 4): the Sinkhorn is the step's serial
+    // chain, and helpers beside it slowed it from 2.5 to 4 us
+    const bool iso = CL_ISOLATE_SK && nsk >= 1 && nsk <= 2;
+    const bool helper = w >= nsk && (!iso || w % 4 >= nsk);
+    const int hw = iso ? (w / 4) * (4 - nsk) + max(0, w % 4 - nsk) : w - nsk;  // rank among helper warps
+    const int nh = (iso ? (NW / 4) * (4 - nsk) : NW - nsk) * 32;
+    const int ht = hw * 32 + lane;  // (helpers) rank among the helper threads
+    const int hf = lane >> 4, t16 = lane & 15;  // (Sinkhorn warps) the lane's row of the warp's two, its comb entry
+    // the threads that split mixes after the exchange (a Sinkhorn lane: its comb entry and post; a helper
+    // thread per (row, stream): pre) load the step's base and scale now (params in global memory: the
+    // weight stream may have pushed them out of L2; the latency overlaps C and A)
+    float scale0 = 0.0f, base0 = 0.0f, scale1 = 0.0f, base1 = 0.0f;
+    if (work && w < nsk) {
+      scale0 = A.scale[2];
+      base0 = A.base[2 * HC + t16];
+      if (t16 < HC) {
+        scale1 = A.scale[1];
+        base1 = A.base[HC + t16];
+      }
+    } else if (work && helper && ht < nrows * HC) {
+      scale0 = A.scale[0];
+      base0 = A.base[ht % HC];
     }
 #ifdef CL_PREFETCH_EARLY
     const bool pe = work && t == NT - 2 && s + CL_LOOKAHEAD < p.nsteps && CL_LOOKAHEAD > 0;
@@ -706,14 +768,15 @@ __device__ void cluster_cycle(const CArgs& p) {
     const int pe_nout = pe ? p.steps[s + CL_LOOKAHEAD].nout : 0;
 #endif
     const PartFetch pf = work && t == NT - 1 ? part_fetch(p, s + CL_PART_AHEAD, r) : PartFetch{nullptr, 0, 0, 0};
+    // the next step's arguments and header: loaded into registers now, stored into shared memory after A
+    // (the L2 round trip overlaps C and A instead of lengthening the exchange)
+    u64 nx_w = 0;
     if (s + 1 < p.nsteps) {
       const PStep& nx = p.steps[s + 1];
       if (t < AW) nx_w = reinterpret_cast<const u64*>(&nx.mh[r])[t];
       else if (t < AW + 10) nx_w = (unsigned)(&nx.kind)[t - AW];
       else if (t == AW + 10) nx_w = (u64)p.order_off[s + 1];
     }
-    int row0, nrows;
-    rows_of(hd[5], p.groups, g, row0, nrows);
     // this step's exchange: every block pushes its nrows * 25 partials (16-byte pieces) into each of the 16
     const int npieces = (nrows * CL_CHAINS + 3) / 4;
     if (t == 0) mbar_expect(&xbar[buf], CL_SIZE * npieces * 16);
@@ -725,14 +788,17 @@ __device__ void cluster_cycle(const CArgs& p) {
     if (work) stream_values<Q>(A, op, carried, row0, nrows, L0, xs, sv, pc, t, NT);
     __syncthreads();
     dstamp_after(ds, 1, &sv[0][0][CL_LANES - 1]);
-    // A: dot products of the block's 64 lanes (two a thread), warp w's chains over every row, then the
-    // 64-lane tree into part (synchronization-only launches: zeros)
+    // A: dot products of the block's 64 lanes (two a thread), warp w's chains over its rows (every row, or
+    // at eight rows (TILE) half of them: warps w and w + 8 share chain group w % 8), then the 64-lane
+    // tree into part (synchronization-only launches: zeros)
     {
-      float a0[RPC][NCH], a1[RPC][NCH];
+      const int wr = TILE ? w / CW : 0, wc = TILE ? w % CW : w;  // the warp's row block and chain group
+      const int mrow0 = wr * RW, nrw = min(RW, nrows - mrow0);    // its rows: [mrow0, mrow0 + nrw)
+      float a0[RW][NC], a1[RW][NC];
 #pragma unroll
-      for (int mi = 0; mi < RPC; mi++)
+      for (int mi = 0; mi < RW; mi++)
 #pragma unroll
-        for (int i = 0; i < NCH; i++) a0[mi][i] = a1[mi][i] = 0.0f;
+        for (int i = 0; i < NC; i++) a0[mi][i] = a1[mi][i] = 0.0f;
       if (work) {
 #ifdef CL_PREFETCH_EARLY
         if (pe_fn) prefetch_fn<Q>(pe_fn, pe_nout, b);
@@ -741,37 +807,48 @@ __device__ void cluster_cycle(const CArgs& p) {
           mbar_wait(&wbar, wphase);
           wphase ^= 1;
         }
-        const bool sq = w == 0;
-        const float* wrow[NCH];
+        const bool sq = wc == 0;
+        const float* wrow[NC];
 #pragma unroll
-        for (int i = 0; i < NCH; i++) {
-          const int c = chain_of<NW>(w, i);
+        for (int i = 0; i < NC; i++) {
+          const int c = wc + CW * i;
           wrow[i] = &wsm[(size_t)(c >= 1 && c <= nout ? c - 1 : 0) * HC * Q * CL_LANES + 2 * lane];
         }
-        if (NCH == 2 && RPC >= 4) {
-          // 16 warps, four or eight rows: every warp's loop computes only the chains it stores (measured
-          // 1.04x faster at 8 rows; at one and two rows 1.06x / 1.02x slower than the loop below)
-          constexpr int U = CL_DOT_UNROLL;
-          if (sq) dot_chains<Q, RPC, NCH, 2, DOT_SQ, U>(wrow, sv, nrows, lane, sq, a0, a1);
-          else if (chain_of<NW>(w, 1) <= nout) dot_chains<Q, RPC, NCH, 2, DOT_W, U>(wrow, sv, nrows, lane, sq, a0, a1);
-          else if (chain_of<NW>(w, 0) <= nout) dot_chains<Q, RPC, NCH, 1, DOT_W, U>(wrow, sv, nrows, lane, sq, a0, a1);
+        const float (*svw)[HC * Q][CL_LANES] = sv + mrow0;
+        constexpr int U = CL_DOT_UNROLL;
+        if (TILE) {
+          // eight rows: four rows by four chain slots a warp (8 of shared memory's float2 loads per u where
+          // eight rows by two slots took 10); loops for the slot counts of 24 and 4 outputs, else all slots
+          const int ns = wc <= nout ? (nout - wc) / CW + 1 : 0;  // slots c = wc + 8i <= nout
+          if (sq && ns == 4) dot_rows<Q, RW, NC, 4, DOT_SQ, U>(wrow, svw, nrw, lane, sq, a0, a1);
+          else if (sq && ns == 1) dot_rows<Q, RW, NC, 1, DOT_SQ, U>(wrow, svw, nrw, lane, sq, a0, a1);
+          else if (!sq && ns == 3) dot_rows<Q, RW, NC, 3, DOT_W, U>(wrow, svw, nrw, lane, sq, a0, a1);
+          else if (!sq && ns == 1) dot_rows<Q, RW, NC, 1, DOT_W, U>(wrow, svw, nrw, lane, sq, a0, a1);
+          else if (ns > 0) dot_rows<Q, RW, NC, NC, DOT_EITHER, U>(wrow, svw, nrw, lane, sq, a0, a1);
+        } else if (NCH == 2 && RPC >= CL_DOT_SPLIT_ROWS) {
+          // 16 warps: every warp's loop computes only the chains it stores (shared memory's bandwidth is the
+          // bound: a slot past nout would load output 0's weights for nothing), unrolled fully at two rows
+          constexpr int US = RPC <= 2 ? HC * Q : U;
+          if (sq) dot_rows<Q, RW, NC, 2, DOT_SQ, US>(wrow, svw, nrw, lane, sq, a0, a1);
+          else if (chain_of<NW>(w, 1) <= nout) dot_rows<Q, RW, NC, 2, DOT_W, US>(wrow, svw, nrw, lane, sq, a0, a1);
+          else if (chain_of<NW>(w, 0) <= nout) dot_rows<Q, RW, NC, 1, DOT_W, US>(wrow, svw, nrw, lane, sq, a0, a1);
         } else {
           // branch-free: every chain of the warp accumulates (a chain past nout reads output 0's weights and
           // is never stored)
-          dot_chains<Q, RPC, NCH, NCH, DOT_EITHER, HC * Q>(wrow, sv, nrows, lane, sq, a0, a1);
+          dot_rows<Q, RW, NC, NC, DOT_EITHER, HC * Q>(wrow, svw, nrw, lane, sq, a0, a1);
         }
       }
 #pragma unroll
-      for (int mi = 0; mi < RPC; mi++) {
-        if (mi < nrows) {
+      for (int mi = 0; mi < RW; mi++) {
+        if (mi < nrw) {
 #pragma unroll
-          for (int i = 0; i < NCH; i++) {
-            const int c = chain_of<NW>(w, i);
+          for (int i = 0; i < NC; i++) {
+            const int c = wc + CW * i;
             if (c <= nout) {
               float v = ADD(a0[mi][i], a1[mi][i]);  // lanes 2*lane, 2*lane+1: the tree's first level
 #pragma unroll
               for (int off = 1; off < 32; off <<= 1) v = ADD(v, __shfl_down_sync(0xffffffffu, v, off));
-              if (lane == 0) part[mi * CL_CHAINS + c] = v;
+              if (lane == 0) part[(mrow0 + mi) * CL_CHAINS + c] = v;
             }
           }
         }
@@ -786,18 +863,8 @@ __device__ void cluster_cycle(const CArgs& p) {
     }
     __syncthreads();
     dstamp_after(ds, 2, &part[0]);
-    // the roles of B: Sinkhorn warps (two rows each), helper warps (y, join, the next all-reduce)
-    const int nsk = work && op != OP_POST_HEAD ? (nrows + 1) / 2 : 0;
-    // helper warps: the others, except (CL_ISOLATE_SK, one or two Sinkhorn warps) those that share a
-    // Sinkhorn warp's scheduler (warp w issues on sub-partition w % 4): the Sinkhorn is the step's serial
-    // chain, and helpers beside it slowed it from 2.5 to 4 us
-    const bool iso = CL_ISOLATE_SK && nsk >= 1 && nsk <= 2;
-    const bool helper = w >= nsk && (!iso || w % 4 >= nsk);
-    const int hw = iso ? (w / 4) * (4 - nsk) + max(0, w % 4 - nsk) : w - nsk;  // rank among helper warps
-    const int nh = (iso ? (NW / 4) * (4 - nsk) : NW - nsk) * 32;
     // the flag-and-data join (one row group a rank, a fused all-reduce next; CL_COUNTER_JOIN: the counter)
     const bool ll = CL_LL_JOIN && p.ll && p.groups == 1 && s + 1 < p.nsteps && hdr_s[(s + 1) & 1][2];
-    const int ht = hw * 32 + lane;  // (helpers) rank among the helper threads
     const int* nh_ = hdr_s[(s + 1) & 1];  // the next step's header and arguments (stored above)
     const MhcArgs& A1 = args_s[(s + 1) & 1];
     int nrow0 = 0, nn = 0;
@@ -822,10 +889,7 @@ __device__ void cluster_cycle(const CArgs& p) {
       }
     }
     // X: the block's partials pushed into every block of the cluster (warp w to blocks w, w + NW, ..., a
-    // 16-byte piece a lane), then a thread per (row, output) waits until every block's are in (its own
-    // mbarrier: no cluster barrier, whose release was a gpu-scope fence behind every store of C), reads
-    // the 16 blocks' partials of the output and of the sum of squares, and finishes the 16-block
-    // adjacent-pair tree: the mixes
+    // 16-byte piece a lane)
     for (int d = w; d < CL_SIZE; d += NW) {
       const unsigned rb = dsmem_addr(&xbar[buf], d), ra = dsmem_addr(&recv[buf][b][0], d);
       for (int j = lane; j < npieces; j += 32) push_dsmem(ra + 16 * j, *reinterpret_cast<const float4*>(&part[4 * j]), rb);
@@ -839,42 +903,23 @@ __device__ void cluster_cycle(const CArgs& p) {
 #else
     wpending = false;
 #endif
-    {
-      const int npairs = nrows * (nout + 1);
-      if (t < npairs) {
-        mbar_wait_cluster(&xbar[buf], (s >> 1) & 1, p.err, p.timeout_ns, s);
-        if (t == 0) dstamp(ds, 3);
-        if (work) {
-          const float N = (float)(HC * A.D);
-          const int mi = t / (nout + 1), c = t % (nout + 1);
-          float v[CL_SIZE], q[CL_SIZE];
-#pragma unroll
-          for (int j = 0; j < CL_SIZE; j++) {
-            v[j] = recv[buf][j][mi * CL_CHAINS + c];
-            q[j] = recv[buf][j][mi * CL_CHAINS];
-          }
-#pragma unroll
-          for (int step = 1; step < CL_SIZE; step <<= 1)
-#pragma unroll
-            for (int j = 0; j < CL_SIZE; j += 2 * step) {
-              v[j] = ADD(v[j], v[j + step]);
-              q[j] = ADD(q[j], q[j + step]);
-            }
-          if (c > 0) mix[mi][c - 1] = MUL(v[0], DIV(1.0f, SQRT(ADD(DIV(q[0], N), A.norm_eps))));
-        }
-      }
-    }
-    if (bj >= 0 && bj < 27) bsc_s[bj] = bsc;
-    __syncthreads();
-    dstamp_after(ds, 4, &mix[0][23]);
-    // B: Sinkhorn warps (two rows each) and helper warps (y, join, the next all-reduce)
+    // B: Sinkhorn warps (two rows each) and helper warps (y, join, the next all-reduce); each thread that
+    // splits a mix first waits until every block's partials are in (its own test of the block's mbarrier:
+    // no cluster barrier, whose release was a gpu-scope fence behind every store of C, and no block
+    // barrier: the Sinkhorn starts as soon as its own rows' mixes are made)
     if (ll && !helper) cluster_arrive_relaxed();  // warps that make no y arrive at the rank's barrier at once
                                                   // (relaxed: they publish nothing through it)
+    const float N = (float)(HC * A.D);
     if (w < nsk) {
-      const int hf = lane >> 4, t16 = lane & 15, mi = 2 * w + hf, mic = min(mi, nrows - 1);
-      const float lg = ADD(MUL(mix[mic][2 * HC + t16], bsc_s[24 + 2]), bsc_s[2 * HC + t16]);
+      const int mi = 2 * w + hf, mic = min(mi, nrows - 1);
+      mbar_wait_cluster(&xbar[buf], (s >> 1) & 1, p.err, p.timeout_ns, s);
+      dstamp(ds, 3);
+      const float rs = mix_scale(exchange_sum<PS>(recv[buf], mic * CL_CHAINS), N, A.norm_eps);
+      const float lg = ADD(MUL(MUL(exchange_sum<PS>(recv[buf], mic * CL_CHAINS + 1 + 2 * HC + t16), rs), scale0), base0);
+      const float pm = t16 < HC ? MUL(exchange_sum<PS>(recv[buf], mic * CL_CHAINS + 1 + HC + t16), rs) : 0.0f;
+      dstamp_dep(ds, 4, lg);
       const float c = sinkhorn_lane(lg, t16 >> 2, t16 & 3, hf * 16, A.hc_eps, A.sinkhorn_iters);
-      const float ps = t16 < HC ? MUL(2.0f, psigmoid(ADD(MUL(mix[mic][HC + t16], bsc_s[24 + 1]), bsc_s[HC + t16]))) : 0.0f;
+      const float ps = t16 < HC ? MUL(2.0f, psigmoid(ADD(MUL(pm, scale1), base1))) : 0.0f;
       if (mi < nrows) {
         pc[mi][HC + t16] = c;
         if (t16 < HC) pc[mi][t16] = ps;
@@ -886,11 +931,18 @@ __device__ void cluster_cycle(const CArgs& p) {
       }
       dstamp(ds, 5);
     } else if (helper) {
-      if (work && nrows > 0) {
-        if (ht < nrows * HC) {
+      if (ht < nrows * HC) {  // (in synchronization-only launches too: the exchange's waiters)
+        mbar_wait_cluster(&xbar[buf], (s >> 1) & 1, p.err, p.timeout_ns, s);
+        if (nsk == 0) dstamp(ds, 3);
+        if (work) {
           const int mi = ht / HC, h = ht % HC;
-          pre_s[mi][h] = ADD(psigmoid(ADD(MUL(mix[mi][h], bsc_s[24]), bsc_s[h])), A.hc_eps);
+          const float rs = mix_scale(exchange_sum<PS>(recv[buf], mi * CL_CHAINS), N, A.norm_eps);
+          const float mx = MUL(exchange_sum<PS>(recv[buf], mi * CL_CHAINS + 1 + h), rs);
+          pre_s[mi][h] = ADD(psigmoid(ADD(MUL(mx, scale0), base0)), A.hc_eps);
+          if (nsk == 0) dstamp_dep(ds, 4, pre_s[mi][h]);
         }
+      }
+      if (work && nrows > 0) {
         bar_named(1, nh);
         for (int i = ht; i < nrows * Q * CL_LANES; i += nh) {
           const Slot sl = slot_of<Q>(i, L0);
