@@ -42,7 +42,7 @@ def run_shell(*args, cwd=None, timeout=600) -> ShellRun:
     """Run `python -m decoder_shell.cli ARGS` in a fresh interpreter, as a user would."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.setdefault("COLUMNS", "160")
+    env["COLUMNS"] = "160"  # help text wraps at the terminal's width: the same width in every process (xdist workers too)
     p = subprocess.run([sys.executable, "-m", "decoder_shell.cli", *map(str, args)], cwd=cwd or REPO,
                        env=env, capture_output=True, text=True, timeout=timeout)
     return ShellRun(tuple(map(str, args)), p.returncode, p.stdout, p.stderr)
