@@ -355,20 +355,59 @@ __device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, const unsign
 __device__ __forceinline__ void st_relaxed(u64* p, u64 v) {
   asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
 }
+__device__ __forceinline__ void st_relaxed(unsigned* p, unsigned v) {
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ld_relaxed(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+// A flag-and-data word of an all-reduce's partial (BF: of a bf16 one): 64 bits, the step's sequence number
+// in the high half and the fp32 value's bits in the low; or 32 bits, the number's low 16 bits high and the
+// bf16 value's low (half the registers a word, so twice the words in flight, and half the traffic). The
+// host keeps every number below 2^16 (it zeroes the words and starts again before they would pass it), so
+// the low 16 bits are the number; the two kinds live in their own regions (a 64-bit word read as two 32-bit
+// ones could carry a current number beside any bits).
+template <bool BF>
+struct Word {
+  typedef u64 T;
+  static __device__ __forceinline__ T make(unsigned seq, unsigned bits) { return (u64)seq << 32 | bits; }
+  static __device__ __forceinline__ bool current(T w, unsigned seq) { return (unsigned)(w >> 32) == seq; }
+  static __device__ __forceinline__ unsigned bits(T w) { return (unsigned)w; }
+};
+template <>
+struct Word<true> {
+  typedef unsigned T;
+  static __device__ __forceinline__ T make(unsigned seq, unsigned bits) { return seq << 16 | (bits & 0xffffu); }
+  static __device__ __forceinline__ bool current(T w, unsigned seq) { return w >> 16 == (seq & 0xffffu); }
+  static __device__ __forceinline__ unsigned bits(T w) { return w & 0xffffu; }
+};
 __device__ __forceinline__ void cluster_arrive_any() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait_any() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
 #ifndef CL_LL_WORDS
-#define CL_LL_WORDS 12  // words a thread waits for at once (CL_LL_WORDS / R elements, at most its NE): at four
-                        // ranks a thread's three elements at four rows in one round trip and its six at eight rows
-                        // in two, where 8 words took two and three one after the other (24 spills at 512 threads)
+#define CL_LL_WORDS 12  // 64-bit words a thread waits for at once (CL_LL_WORDS / R elements, at most its NE): at four
+                        // ranks a thread's three elements at four rows in one round trip, its six at eight rows in
+                        // two, where 8 took two and three one after the other (24 spills at 512 threads)
 #endif
+#ifndef CL_LL_SPLIT
+#define CL_LL_SPLIT 1  // where the helpers would fold bf16 words in two round trips, the Sinkhorn warps take the second
+#endif
+#ifndef CL_LL_WORDS32
+#define CL_LL_WORDS32 16  // 32-bit words (bf16 all-reduces) a thread waits for at once (24 spills at eight rows)
+#endif
+// Elements a thread folds in one round trip: CL_LL_WORDS(32) / R, at most NE, at least one.
+template <bool BF, int R, int NE>
+__host__ __device__ constexpr int ll_batch() {
+  return (BF ? CL_LL_WORDS32 : CL_LL_WORDS) / R < 1 ? 1 : (BF ? CL_LL_WORDS32 : CL_LL_WORDS) / R < NE ? (BF ? CL_LL_WORDS32 : CL_LL_WORDS) / R : (NE > 0 ? NE : 1);
+}
 // First ranks of a thread's elements packed four bits each (ranks < 8), eight a register.
 template <int N>
 __device__ __forceinline__ int first_of(const unsigned (&fp)[N], int j) { return (fp[j / 8] >> (4 * (j % 8))) & 15u; }
 // One element past NE: every rank's word waited for in turn, its first rank read from the table.
 template <int Q, bool BF, int R>
-__device__ __forceinline__ void fold_ll_one(const MhcArgs& a, const u64* ll, long long stride, unsigned seq, int e, int first,
+__device__ __forceinline__ void fold_ll_one(const MhcArgs& a, const typename Word<BF>::T* ll, long long stride, unsigned seq, int e, int first,
                                             int i, int L0, float (*xs)[Q][CL_LANES], bool work, int* err, u64 timeout_ns,
                                             int step, bool& ok) {
   float v[R];
@@ -376,12 +415,12 @@ __device__ __forceinline__ void fold_ll_one(const MhcArgs& a, const u64* ll, lon
   const u64 t0 = globaltimer();
 #pragma unroll
   for (int t = 0; t < R; t++, rr = next_rank<R>(rr, a.ring.dir)) {
-    u64 wd = ld_relaxed(ll + rr * stride + e);
-    for (unsigned n = 0; ok && (unsigned)(wd >> 32) != seq; n++) {
+    typename Word<BF>::T wd = ld_relaxed(ll + rr * stride + e);
+    for (unsigned n = 0; ok && !Word<BF>::current(wd, seq); n++) {
       if ((n & 15) == 15 && watchdog_stop(err, t0, timeout_ns, step)) ok = false;
       wd = ld_relaxed(ll + rr * stride + e);
     }
-    v[t] = __uint_as_float(BF ? ((unsigned)wd & 0xffffu) << 16 : (unsigned)wd);
+    v[t] = __uint_as_float(BF ? Word<BF>::bits(wd) << 16 : Word<BF>::bits(wd));
   }
   if (!work || !ok) return;
   const float x = ring_fold_ordered(v, a.ring);
@@ -389,22 +428,22 @@ __device__ __forceinline__ void fold_ll_one(const MhcArgs& a, const u64* ll, lon
   const Slot sl = slot_of<Q>(i, L0);
   xs[sl.mi][sl.q][sl.l] = x;
 }
-// The fold of the next all-reduce over flag-and-data words, for the elements this thread published:
-// i = it + j*nt, j < NE with their first ranks in registers (first_of(fp, j), from the host table), B at a
-// time with every rank's word of each loaded at once; elements past NE (none for the built shapes) one at
-// a time with their first rank read from the table (ordg).
+// The fold of the next all-reduce over flag-and-data words, for the thread's elements below n: i = it + j*nt,
+// j < NE with their first ranks in registers (first_of(fp, j), from the host table), B at a time with every
+// rank's word of each loaded at once; elements past NE (none for the built shapes) one at a time with their
+// first rank read from the table (ordg).
 template <int Q, bool BF, int R, int NE>
-__device__ __forceinline__ void fold_ll(const MhcArgs& a, const u64* ll, long long stride, unsigned seq,
-                                        const unsigned (&fp)[(NE + 7) / 8], const unsigned char* ordg, int row0, int nrows,
+__device__ __forceinline__ void fold_ll(const MhcArgs& a, const typename Word<BF>::T* ll, long long stride, unsigned seq,
+                                        const unsigned (&fp)[(NE + 7) / 8], const unsigned char* ordg, int row0, int n,
                                         int L0, float (*xs)[Q][CL_LANES], int it, int nt, bool work, int* err,
                                         u64 timeout_ns, int step) {
-  constexpr int BW = CL_LL_WORDS / R > 0 ? CL_LL_WORDS / R : 1, B = BW < NE ? BW : (NE > 0 ? NE : 1);
-  const int n = nrows * Q * CL_LANES, dir = a.ring.dir;
+  constexpr int B = ll_batch<BF, R, NE>();
+  const int dir = a.ring.dir;
   bool ok = true;
 #pragma unroll
   for (int j0 = 0; j0 < NE; j0 += B) {
     if (it + j0 * nt >= n) break;
-    u64 wv[B][R];
+    typename Word<BF>::T wv[B][R];
     int e[B];
 #pragma unroll
     for (int k = 0; k < B; k++) {
@@ -426,7 +465,7 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const u64* ll, long lo
         int rr = it + j * nt < n ? first_of(fp, j < NE ? j : j0) : first_of(fp, j0);  // (static indices: no local memory)
 #pragma unroll
         for (int t = 0; t < R; t++, rr = next_rank<R>(rr, dir)) {
-          if ((unsigned)(wv[k][t] >> 32) != seq) {
+          if (!Word<BF>::current(wv[k][t], seq)) {
             pending = true;
             wv[k][t] = ld_relaxed(ll + rr * stride + e[k]);
           }
@@ -442,7 +481,7 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const u64* ll, long lo
       if (j >= NE || i >= n) continue;
       unsigned raw[R];
 #pragma unroll
-      for (int t = 0; t < R; t++) raw[t] = BF ? (unsigned)wv[k][t] & 0xffffu : (unsigned)wv[k][t];
+      for (int t = 0; t < R; t++) raw[t] = Word<BF>::bits(wv[k][t]);
       fold_store<Q, BF, R>(a, raw, (size_t)e[k], i, L0, xs);
     }
   }
@@ -877,6 +916,13 @@ __device__ void cluster_cycle(const CArgs& p) {
     // in B (loaded at the start of B they came back behind the weight copy, after y: the publish waited)
     // (nothing uses them before the barrier: a use, even a shift into a packed word, would stall the warp
     // until the load returns)
+    // Where the helpers would need a second round trip for bf16 words (eight rows), they fold the elements of
+    // one, [0, nsplit), and the Sinkhorn warps, done with the Sinkhorn before the helpers' first round trip
+    // returns, the rest: i = nsplit + st + j * nsk * 32 for their thread st, j < NES (their first ranks in
+    // firstb, loaded here as the helpers' are; at most four ranks: at eight this second fold's registers spilled).
+    constexpr int NES = ll_batch<true, R, NE>();
+    const int nsplit = nh * NES, st_ = w * 32 + lane;
+    const bool split = CL_LL_SPLIT && R <= 4 && ll && A1.ring.is_bf16 && nsk > 0 && n1 > nsplit && n1 - nsplit <= nsk * 32 * NES;
     unsigned own[NE], firstb[NE];
     if (ll && helper) {
       const bool bf = A1.ring.is_bf16;
@@ -887,7 +933,18 @@ __device__ void cluster_cycle(const CArgs& p) {
         own[j] = on ? raw_bits(bf, A1.peers[r], e) : 0u;
         firstb[j] = on ? ordg[e] : 0u;
       }
+    } else if (split && w < nsk) {
+#pragma unroll
+      for (int j = 0; j < NES; j++) {
+        const int i = nsplit + st_ + j * nsk * 32;
+        firstb[j] = i < n1 ? ordg[elem_of<Q>(i, L0, nrow0, A1.D)] : 0u;
+      }
     }
+    // the words of this step's join: [2 parities][R ranks][stride] 64-bit words, then as many 32-bit ones (bf16)
+    const unsigned seq = p.ll_seq0 + (unsigned)s;
+    u64* const ll64 = ll ? p.ll + (size_t)(s & 1) * R * p.ll_stride : nullptr;
+    unsigned* const ll32 =
+        ll ? reinterpret_cast<unsigned*>(p.ll + (size_t)2 * R * p.ll_stride) + (size_t)(s & 1) * R * p.ll_stride : nullptr;
     // X: the block's partials pushed into every block of the cluster (warp w to blocks w, w + NW, ..., a
     // 16-byte piece a lane)
     for (int d = w; d < CL_SIZE; d += NW) {
@@ -930,6 +987,15 @@ __device__ void cluster_cycle(const CArgs& p) {
         }
       }
       dstamp(ds, 5);
+      if (split) {
+        unsigned firstv[(NES + 7) / 8];
+#pragma unroll
+        for (int j = 0; j < (NES + 7) / 8; j++) firstv[j] = 0u;
+#pragma unroll
+        for (int j = 0; j < NES; j++) firstv[j / 8] |= firstb[j] << (4 * (j % 8));
+        fold_ll<Q, true, R, NES>(A1, ll32, p.ll_stride, seq, firstv, ordg, nrow0, n1, L0, xs, nsplit + st_, nsk * 32, work,
+                                 p.err, p.timeout_ns, s);
+      }
     } else if (helper) {
       if (ht < nrows * HC) {  // (in synchronization-only launches too: the exchange's waiters)
         mbar_wait_cluster(&xbar[buf], (s >> 1) & 1, p.err, p.timeout_ns, s);
@@ -968,16 +1034,20 @@ __device__ void cluster_cycle(const CArgs& p) {
 #endif
         cluster_wait_any();
         if (ht == 0) dstamp(dh, 7);
-        const unsigned seq = p.ll_seq0 + (unsigned)s;
-        const u64 tagw = (u64)seq << 32;
-        u64* mine = p.ll + ((size_t)(s & 1) * R + r) * p.ll_stride;
+        const bool bfw = A1.ring.is_bf16;
         if (!(skipper && s == p.skip_step)) {  // (the watchdog test: the last cluster never publishes)
 #pragma unroll
-          for (int j = 0; j < NE; j++)
-            if (ht + j * nh < n1) st_relaxed(mine + elem_of<Q>(ht + j * nh, L0, nrow0, A1.D), tagw | own[j]);
+          for (int j = 0; j < NE; j++) {
+            if (ht + j * nh >= n1) continue;
+            const size_t e = elem_of<Q>(ht + j * nh, L0, nrow0, A1.D) + (size_t)r * p.ll_stride;
+            if (bfw) st_relaxed(ll32 + e, Word<true>::make(seq, own[j]));
+            else st_relaxed(ll64 + e, Word<false>::make(seq, own[j]));
+          }
           for (int i = ht + NE * nh; i < n1; i += nh) {  // (more elements than NE: none for the built shapes)
             const size_t e = elem_of<Q>(i, L0, nrow0, A1.D);
-            st_relaxed(mine + e, tagw | raw_bits(A1.ring.is_bf16, A1.peers[r], e));
+            const unsigned bits = raw_bits(bfw, A1.peers[r], e);
+            if (bfw) st_relaxed(ll32 + e + (size_t)r * p.ll_stride, Word<true>::make(seq, bits));
+            else st_relaxed(ll64 + e + (size_t)r * p.ll_stride, Word<false>::make(seq, bits));
           }
         }
         if (ht == 0) dstamp(dh, 10);
@@ -986,11 +1056,12 @@ __device__ void cluster_cycle(const CArgs& p) {
         for (int j = 0; j < (NE + 7) / 8; j++) firstv[j] = 0u;
 #pragma unroll
         for (int j = 0; j < NE; j++) firstv[j / 8] |= firstb[j] << (4 * (j % 8));
-        const u64* words = p.ll + (size_t)(s & 1) * R * p.ll_stride;
-        if (A1.ring.is_bf16)
-          fold_ll<Q, true, R, NE>(A1, words, p.ll_stride, seq, firstv, ordg, nrow0, nn, L0, xs, ht, nh, work, p.err, p.timeout_ns, s);
+        if (bfw)
+          fold_ll<Q, true, R, NE>(A1, ll32, p.ll_stride, seq, firstv, ordg, nrow0, split ? nsplit : n1, L0, xs, ht, nh, work,
+                                  p.err, p.timeout_ns, s);
         else
-          fold_ll<Q, false, R, NE>(A1, words, p.ll_stride, seq, firstv, ordg, nrow0, nn, L0, xs, ht, nh, work, p.err, p.timeout_ns, s);
+          fold_ll<Q, false, R, NE>(A1, ll64, p.ll_stride, seq, firstv, ordg, nrow0, n1, L0, xs, ht, nh, work, p.err,
+                                   p.timeout_ns, s);
         if (ht == 0) dstamp(dh, 9);
       } else {
         bar_named(1, nh);  // every y of this block is stored before its arrival

@@ -39,6 +39,11 @@ HIDDEN = (1024, 2048, 4096)
 RPC_BUILDS = (1, 2, 4, 8)
 
 
+#: The join words' sequence numbers stay below this: a bf16 word carries 16 bits of its number (cluster_cycle.cu,
+#: Word), so the words are zeroed and the numbers start again from 1 before one would reach it.
+LL_SEQ_END = 2 ** 16
+
+
 class CArgs(C.Structure):
     _fields_ = [("steps", S.A.u64), ("nsteps", C.c_int), ("ranks", C.c_int), ("join", S.A.u64), ("err", S.A.u64),
                 ("timeout_ns", S.A.u64), ("trace", S.A.u64), ("detail", S.A.u64), ("tag", S.A.u64),
@@ -150,6 +155,9 @@ class ClusterSession(PersistentSession):
         self.watchdog_ms = float(watchdog_ms or os.environ.get("DECODER_SHELL_CUDA_WATCHDOG_MS", WATCHDOG_MS))
         self.plan = S.plan(cycle)
         check_cycle(cycle, self.plan)
+        if len(self.plan) + 1 >= LL_SEQ_END:
+            raise UsageError(f"persistent-cluster cycle: {len(self.plan)} steps; the kernel's join words number at most "
+                             f"{LL_SEQ_END - 2} steps a launch (use --cycle graph)")
         self.broken, self.trace = "", False
         self.threads = block_threads()
         rows = [cycle.geometry.phase(cycle.commands[st.cmd].boundary.phase).rows for st in self.plan]
@@ -186,10 +194,11 @@ class ClusterSession(PersistentSession):
         ctl_bytes = self.join_off + 8 * len(self.plan)  # (unused), error, trace, detail, join counters
         self.ctl = self._alloc(ctl_bytes)
         cu.cuMemsetD8(self.ctl, 0, ctl_bytes)
-        # the flag-and-data words of the all-reduces' joins: [2 step parities][ranks][most rows x D], zero
-        # (no sequence number is 0); each launch's steps carry the next nsteps numbers
+        # the flag-and-data words of the all-reduces' joins: [2 step parities][ranks][most rows x D] of 64 bits
+        # (fp32 all-reduces), then as many of 32 bits (bf16: the number's 16 bits beside the value), zero (no
+        # sequence number is 0); each launch's steps carry the next nsteps numbers, all below LL_SEQ_END
         self.ll_stride = max(rows) * cycle.geometry.hidden
-        self.ll_bytes = 2 * cycle.ranks * self.ll_stride * 8
+        self.ll_bytes = 2 * cycle.ranks * self.ll_stride * (8 + 4)
         self.ll = self._alloc(self.ll_bytes)
         cu.cuMemsetD8(self.ll, 0, self.ll_bytes)
         self.ll_seq = 1
@@ -270,7 +279,7 @@ class ClusterSession(PersistentSession):
         p.rank0, p.nlocal, p.groups = 0, self.cycle.ranks, self.groups
         p.mode, p.skip_step = mode, self.skip_step
         p.tmaps, p.order, p.order_off, p.box_rows = self.maps_ptr, self.order_ptr, self.order_off_ptr, self.box_rows
-        if self.ll_seq + len(self.plan) >= 2 ** 32:  # the numbers would wrap: the words start again from zero
+        if self.ll_seq + len(self.plan) >= LL_SEQ_END:  # a number would pass 16 bits: the words start again from zero
             self.cu.cuMemsetD8Async(self.ll, 0, self.ll_bytes, self.stream)
             self.ll_seq = 1
         p.ll, p.ll_stride, p.ll_seq0 = self.ll, self.ll_stride, self.ll_seq
