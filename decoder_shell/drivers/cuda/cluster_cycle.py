@@ -105,7 +105,7 @@ def check_cycle(cycle, plan) -> None:
 
 
 #: `--cycle auto` takes the cluster cycle only where it was measured faster than the graph path (H200,
-#: dsv4-flash, docs/BENCHMARKS.md ninth session: 1.32x at 1 row, 1.34x at 2, 1.28x at 4, 1.26x at 8): one row
+#: dsv4-flash, docs/BENCHMARKS.md ninth session: 1.31x at 1 row, 1.32x at 2, 1.32x at 4, 1.35x at 8): one row
 #: group a rank (the flag-and-data joins) and at most this many rows a step (the largest build). With
 #: several row groups a rank (TP1 on an H200: the counter join) the two are even and the graph path runs.
 AUTO_MAX_ROWS = 8
