@@ -400,11 +400,27 @@ __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier
 // Elements a thread folds in one round trip: CL_LL_WORDS(32) / R, at most NE, at least one.
 template <bool BF, int R, int NE>
 __host__ __device__ constexpr int ll_batch() {
-  return (BF ? CL_LL_WORDS32 : CL_LL_WORDS) / R < 1 ? 1 : (BF ? CL_LL_WORDS32 : CL_LL_WORDS) / R < NE ? (BF ? CL_LL_WORDS32 : CL_LL_WORDS) / R : (NE > 0 ? NE : 1);
+  constexpr int b = (BF ? CL_LL_WORDS32 : CL_LL_WORDS) / R, n = b < NE ? b : NE;
+  return n > 1 ? n : 1;
+}
+// One word of this rank's partial into its region (ll32 for a bf16 all-reduce, else ll64; e already offset to
+// the rank's words).
+__device__ __forceinline__ void publish_word(bool bf, unsigned* ll32, u64* ll64, size_t e, unsigned seq, unsigned bits) {
+  if (bf) st_relaxed(ll32 + e, Word<true>::make(seq, bits));
+  else st_relaxed(ll64 + e, Word<false>::make(seq, bits));
 }
 // First ranks of a thread's elements packed four bits each (ranks < 8), eight a register.
 template <int N>
 __device__ __forceinline__ int first_of(const unsigned (&fp)[N], int j) { return (fp[j / 8] >> (4 * (j % 8))) & 15u; }
+// The first N of a thread's first ranks (one a register, loaded earlier) packed for first_of, after the loads
+// have long landed: fewer registers in the fold.
+template <int N, int M>
+__device__ __forceinline__ void pack_firsts(const unsigned (&first)[M], unsigned (&fp)[(N + 7) / 8]) {
+#pragma unroll
+  for (int j = 0; j < (N + 7) / 8; j++) fp[j] = 0u;
+#pragma unroll
+  for (int j = 0; j < N; j++) fp[j / 8] |= first[j] << (4 * (j % 8));
+}
 // One element past NE: every rank's word waited for in turn, its first rank read from the table.
 template <int Q, bool BF, int R>
 __device__ __forceinline__ void fold_ll_one(const MhcArgs& a, const typename Word<BF>::T* ll, long long stride, unsigned seq, int e, int first,
@@ -989,10 +1005,7 @@ __device__ void cluster_cycle(const CArgs& p) {
       dstamp(ds, 5);
       if (split) {
         unsigned firstv[(NES + 7) / 8];
-#pragma unroll
-        for (int j = 0; j < (NES + 7) / 8; j++) firstv[j] = 0u;
-#pragma unroll
-        for (int j = 0; j < NES; j++) firstv[j / 8] |= firstb[j] << (4 * (j % 8));
+        pack_firsts<NES>(firstb, firstv);
         fold_ll<Q, true, R, NES>(A1, ll32, p.ll_stride, seq, firstv, ordg, nrow0, n1, L0, xs, nsplit + st_, nsk * 32, work,
                                  p.err, p.timeout_ns, s);
       }
@@ -1039,23 +1052,16 @@ __device__ void cluster_cycle(const CArgs& p) {
 #pragma unroll
           for (int j = 0; j < NE; j++) {
             if (ht + j * nh >= n1) continue;
-            const size_t e = elem_of<Q>(ht + j * nh, L0, nrow0, A1.D) + (size_t)r * p.ll_stride;
-            if (bfw) st_relaxed(ll32 + e, Word<true>::make(seq, own[j]));
-            else st_relaxed(ll64 + e, Word<false>::make(seq, own[j]));
+            publish_word(bfw, ll32, ll64, elem_of<Q>(ht + j * nh, L0, nrow0, A1.D) + (size_t)r * p.ll_stride, seq, own[j]);
           }
           for (int i = ht + NE * nh; i < n1; i += nh) {  // (more elements than NE: none for the built shapes)
             const size_t e = elem_of<Q>(i, L0, nrow0, A1.D);
-            const unsigned bits = raw_bits(bfw, A1.peers[r], e);
-            if (bfw) st_relaxed(ll32 + e + (size_t)r * p.ll_stride, Word<true>::make(seq, bits));
-            else st_relaxed(ll64 + e + (size_t)r * p.ll_stride, Word<false>::make(seq, bits));
+            publish_word(bfw, ll32, ll64, e + (size_t)r * p.ll_stride, seq, raw_bits(bfw, A1.peers[r], e));
           }
         }
         if (ht == 0) dstamp(dh, 10);
-        unsigned firstv[(NE + 7) / 8];  // packed after the barrier (the loads have long landed): fewer registers in the fold
-#pragma unroll
-        for (int j = 0; j < (NE + 7) / 8; j++) firstv[j] = 0u;
-#pragma unroll
-        for (int j = 0; j < NE; j++) firstv[j / 8] |= firstb[j] << (4 * (j % 8));
+        unsigned firstv[(NE + 7) / 8];
+        pack_firsts<NE>(firstb, firstv);
         if (bfw)
           fold_ll<Q, true, R, NE>(A1, ll32, p.ll_stride, seq, firstv, ordg, nrow0, split ? nsplit : n1, L0, xs, ht, nh, work,
                                   p.err, p.timeout_ns, s);
