@@ -181,7 +181,7 @@ def test_div_by_fast_path_is_fdiv_rn_fast_path_instruction_for_instruction(tmp_p
 
 
 # --- the builds --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("form", ["lanes", "regs", "regs-shared"])
+@pytest.mark.parametrize("form", ["lanes", "regs", "regs-shared", "rows", "lanes-fast"])
 def test_every_form_builds_for_sm90_without_spills(form, monkeypatch, tmp_path):
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
     from decoder_shell.drivers.cuda.kernels import SINKHORN_FORMS, SOURCE
@@ -339,3 +339,81 @@ def test_shared_reciprocal_sinkhorn_equals_the_contract(seed, lo, eps_exp):
         got = _sinkhorn_regs_shared(logits, p.hc_eps, p.sinkhorn_iters)
     same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
     assert same.all()
+
+
+def _in_range(v):
+    """kernels.cu div_range(v) < 0x3c000000: 2^-60 <= v < 2^60 and v positive (no abs: a negative value,
+    -0 included, is out of range)."""
+    return (np.asarray(v, f32).view(np.uint32) - np.uint32(0x21800000)) < np.uint32(0x3C000000)
+
+
+def _sinkhorn_rows(logits, eps, iters):
+    """sinkhorn_lane's `rows` and `lanes-fast` forms, transliterated (they differ in where each value
+    lives, not in what is computed): every quotient by div_fast (div_by's fast path with no check), each
+    operand's range folded into a flag a comb, and where any operand of a comb was out of range that
+    comb made again by the lane form (__fdiv_rn, numpy's division)."""
+    c = np.asarray(logits, f32).reshape(-1, 4, 4)
+    e = _pexp(c - c.max(axis=-1, keepdims=True))
+    s = ((e[..., 0] + e[..., 1]) + e[..., 2]) + e[..., 3]
+    ok = _in_range(s) & _in_range(e).all(axis=-1)
+    with np.errstate(all="ignore"):
+        fast = lambda a, b: div_by(a, b, (f32(1) / b).astype(f32))  # noqa: E731
+        r = fast(e, np.broadcast_to(s[..., None], e.shape)) + f32(eps)
+        for it in range(2 * iters - 1):
+            axis = -2 if it % 2 == 0 else -1  # columns first
+            s = np.sum(np.moveaxis(r, axis, 0)[:1], axis=0)
+            for i in range(1, 4):
+                s = s + np.moveaxis(r, axis, 0)[i]
+            s = s + f32(eps)
+            b = np.expand_dims(s, axis)
+            ok &= _in_range(b).all(axis=(-2, -1)).reshape(-1, 1) & _in_range(r).all(axis=-1)
+            r = fast(r, np.broadcast_to(b, r.shape))
+        lanes = _sinkhorn_lanes(logits, eps, iters)
+    return np.where(ok.all(axis=-1)[:, None, None], r, lanes).astype(f32), ok.all(axis=-1)
+
+
+def _sinkhorn_lanes(logits, eps, iters):
+    """the lane form: __fdiv_rn per entry, each sum left to right + eps."""
+    c = np.asarray(logits, f32).reshape(-1, 4, 4)
+    e = _pexp(c - c.max(axis=-1, keepdims=True))
+    s = ((e[..., 0] + e[..., 1]) + e[..., 2]) + e[..., 3]
+    c = (e / s[..., None]).astype(f32) + f32(eps)
+    for it in range(2 * iters - 1):
+        if it % 2 == 0:
+            c = c / ((((c[:, 0, :] + c[:, 1, :]) + c[:, 2, :]) + c[:, 3, :]) + f32(eps))[:, None, :]
+        else:
+            c = c / ((((c[:, :, 0] + c[:, :, 1]) + c[:, :, 2]) + c[:, :, 3]) + f32(eps))[:, :, None]
+    return c
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), lo=st.integers(-40, 12), eps_exp=st.sampled_from([-6, -3, -20, None]))
+def test_fast_quotient_forms_equal_the_contract(seed, lo, eps_exp):
+    """The `rows` and `lanes-fast` Sinkhorn (fast quotients, one range flag a comb, the lane form where it
+    is raised) is the contract's bit for bit; with hc_eps 0 or tiny logits' spread some combs take the fallback."""
+    from decoder_shell.contracts.mhc import MhcParams, sinkhorn
+    rng = np.random.default_rng(seed)
+    logits = (rng.standard_normal((64, 4, 4)) * np.exp2(rng.uniform(lo, lo + 8, (64, 1, 1)))).astype(f32)
+    logits[::5] = logits[::5, :1, :1]
+    p = MhcParams(hc_eps=0.0 if eps_exp is None else 2.0 ** eps_exp)
+    with np.errstate(all="ignore"):
+        want = sinkhorn(logits, p)
+        got, _ = _sinkhorn_rows(logits, p.hc_eps, p.sinkhorn_iters)
+    same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
+    assert same.all()
+
+
+def test_fast_quotient_forms_fall_back_only_for_the_comb_with_an_operand_out_of_range():
+    """Real-scale logits keep every operand far inside div_by's range: no comb takes the fallback. A row
+    whose logits spread by 400 has an exp clamped at e^-87 (~2^-125) as a numerator: that comb, and only
+    it, is made by the lane form, and the result is still the contract's."""
+    from decoder_shell.contracts.mhc import DEFAULT, sinkhorn
+    rng = np.random.default_rng(5)
+    logits = (rng.standard_normal((32, 4, 4)) * 4).astype(f32)
+    with np.errstate(all="ignore"):
+        _, ok = _sinkhorn_rows(logits, DEFAULT.hc_eps, DEFAULT.sinkhorn_iters)
+        assert ok.all()
+        logits[3, 1] = [200.0, -200.0, 0.0, 0.0]
+        got, ok = _sinkhorn_rows(logits, DEFAULT.hc_eps, DEFAULT.sinkhorn_iters)
+    assert not ok[3] and ok[np.arange(32) != 3].all()
+    assert (got.view(np.uint32) == sinkhorn(logits, DEFAULT).view(np.uint32)).all()

@@ -39,6 +39,7 @@ from decoder_shell.commands.program import build_cycle, reference  # noqa: E402
 from decoder_shell.contracts.allreduce import RingContract  # noqa: E402
 from decoder_shell.corpus.synth import injected_values  # noqa: E402
 from decoder_shell.drivers import get_driver  # noqa: E402
+from decoder_shell.drivers.cuda.kernels import SINKHORN_FORMS  # noqa: E402
 from decoder_shell.geometry import preset  # noqa: E402
 from decoder_shell.replay.compare import mismatches  # noqa: E402
 from torch_baseline import cycle_runner, device_values, event_ms, graph_of  # noqa: E402
@@ -46,7 +47,7 @@ from torch_baseline import cycle_runner, device_values, event_ms, graph_of  # no
 
 #: Builds a bench row can ask for: a Sinkhorn form (kernels.SINKHORN_FORMS), "+late" for the persistent
 #: kernel with a unit's weights requested after post and comb (DECODER_SHELL_CUDA_PERSIST_LATE).
-FORMS = [f + late for f in ("lanes", "regs", "regs-shared") for late in ("", "+late")]
+FORMS = [f + late for f in SINKHORN_FORMS for late in ("", "+late")]
 
 
 @contextmanager
@@ -221,6 +222,8 @@ def main():
                 configs[f"shell baseline, sinkhorn {form}"] = (drv, {}, form)
             if persistent is not None:
                 configs[f"shell persistent, sinkhorn {form}"] = (persistent, {}, form)
+            if clustered is not None and not form.endswith("+late"):
+                configs[f"shell persistent-cluster, sinkhorn {form}"] = (clustered, {}, form)
         if not args.only_main:
             configs.update({"shell baseline, plain edges (no PDL)": (plain, {}),
                             "shell grid-barrier mHC": (drv, {i: "grid-barrier" for i in mh}),

@@ -461,7 +461,7 @@ __device__ __forceinline__ void sinkhorn_regs(float (&c)[HC * HC], float eps, in
 }
 
 #ifndef SINKHORN_FORM
-#define SINKHORN_FORM 0  // 0: one entry per lane, sums by shuffles; 1, 2: the comb in registers (above)
+#define SINKHORN_FORM 0  // 0: one entry per lane, sums by shuffles; 1, 2: the comb in registers (above); 3: rows, 4: lanes-fast (below)
 #endif
 
 // Softmax over k, + eps, then the Sinkhorn normalizations (col, then (row, col) x (iters - 1)), for
@@ -469,7 +469,7 @@ __device__ __forceinline__ void sinkhorn_regs(float (&c)[HC * HC], float eps, in
 // 4x4 comb, and row/column sums gather their 4 values with shuffles and add them left to right
 // (SINKHORN_FORM 0), or every lane gathers the whole comb after the softmax and runs sinkhorn_regs.
 // Every lane of the warp must call it.
-__device__ __forceinline__ float sinkhorn_lane(float c, int j, int k, unsigned rowbase, float eps, int iters) {
+__device__ __forceinline__ float sinkhorn_shuffled(float c, int j, int k, unsigned rowbase, float eps, int iters) {
   float c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0), c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
   float c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2), c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
   const float mx = fmaxf(fmaxf(c0, c1), fmaxf(c2, c3));
@@ -480,7 +480,7 @@ __device__ __forceinline__ float sinkhorn_lane(float c, int j, int k, unsigned r
 #ifdef ABL_NO_SINKHORN
   iters = 0;
 #endif
-#if SINKHORN_FORM > 0
+#if SINKHORN_FORM == 1 || SINKHORN_FORM == 2
   float m[HC * HC];
 #pragma unroll
   for (int e = 0; e < HC * HC; e++) m[e] = __shfl_sync(0xffffffffu, c, rowbase + e);
@@ -504,6 +504,128 @@ __device__ __forceinline__ float sinkhorn_lane(float c, int j, int k, unsigned r
   }
 #endif
   return c;
+}
+
+
+// ---- the row form (SINKHORN_FORM 3) ---------------------------------------------------------------
+// The lane form's half-iteration is a shuffle round (4 shuffles + 4 adds, 58 cycles on the H200) and a
+// __fdiv_rn (75 cycles: MUFU.RCP and five dependent FMAs, then the FCHK's branch to its slow path), 39
+// times in a row. Here every lane of a row's 16 holds its comb row j whole (the four lanes of a row the
+// same values): a row sum is 4 adds in registers, and a column half gathers the whole comb with 16
+// shuffles issued together, then makes the 4 column sums the row needs; one shuffle round a pair of
+// halves instead of two. Its 4 quotients share the sum's reciprocal (recip's Newton step, then div_by's
+// three operations: __fdiv_rn's fast path instruction for instruction), and none of them waits on a
+// range check: every numerator and denominator is folded into one unsigned maximum beside the chain
+// (div_range), and where any of them lies outside div_by's range (2^-60 <= |v| < 2^60: zeros,
+// subnormals, negatives, infinities, NaN) the whole comb is made again by the lane form, slow path
+// included. Same additions in the same order, same correctly rounded quotients: the bits cannot differ.
+__device__ __forceinline__ unsigned div_range(float v) { return __float_as_uint(v) - 0x21800000u; }  // < 0x3c000000u: in range
+__device__ __forceinline__ float rcp_newton(float b) {
+  float y0;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y0) : "f"(b));
+  return __fmaf_rn(y0, __fmaf_rn(-b, y0, 1.0f), y0);
+}
+__device__ __forceinline__ float div_fast(float a, float b, float y) {
+  const float q0 = __fmul_rn(a, y);
+  return __fmaf_rn(y, __fmaf_rn(-b, q0, a), q0);
+}
+// a column half: the whole comb from the row's lanes, then the 4 column sums this row is divided by
+__device__ __forceinline__ void rows_cols(float (&r)[HC], unsigned rowbase, float eps, unsigned& worst) {
+  float m[HC][HC];
+#pragma unroll
+  for (int i = 0; i < HC; i++)
+#pragma unroll
+    for (int e = 0; e < HC; e++) m[i][e] = __shfl_sync(0xffffffffu, r[e], rowbase + i * HC);
+#pragma unroll
+  for (int e = 0; e < HC; e++) {
+    const float s = ADD(ADD(ADD(ADD(m[0][e], m[1][e]), m[2][e]), m[3][e]), eps), y = rcp_newton(s);
+    worst = max(worst, max(div_range(s), div_range(r[e])));
+    r[e] = div_fast(r[e], s, y);
+  }
+}
+// a row half: in registers
+__device__ __forceinline__ void rows_row(float (&r)[HC], float eps, unsigned& worst) {
+  const float s = ADD(ADD(ADD(ADD(r[0], r[1]), r[2]), r[3]), eps), y = rcp_newton(s);
+  worst = max(worst, div_range(s));
+#pragma unroll
+  for (int e = 0; e < HC; e++) {
+    worst = max(worst, div_range(r[e]));
+    r[e] = div_fast(r[e], s, y);
+  }
+}
+__device__ __forceinline__ float sinkhorn_rows(float c, int j, int k, unsigned rowbase, float eps, int iters) {
+  const float logit = c;
+  float r[HC];
+#pragma unroll
+  for (int e = 0; e < HC; e++) r[e] = __shfl_sync(0xffffffffu, c, rowbase + j * HC + e);
+  const float mx = fmaxf(fmaxf(r[0], r[1]), fmaxf(r[2], r[3]));
+#pragma unroll
+  for (int e = 0; e < HC; e++) r[e] = pexp(SUB(r[e], mx));
+  unsigned worst = 0;
+  {
+    const float s = ADD(ADD(ADD(r[0], r[1]), r[2]), r[3]), y = rcp_newton(s);
+    worst = max(worst, div_range(s));
+#pragma unroll
+    for (int e = 0; e < HC; e++) {
+      worst = max(worst, div_range(r[e]));
+      r[e] = ADD(div_fast(r[e], s, y), eps);
+    }
+  }
+#ifdef ABL_NO_SINKHORN
+  iters = 0;
+#endif
+  if (iters > 0) rows_cols(r, rowbase, eps, worst);
+  for (int it = 1; it < iters; it++) {
+    rows_row(r, eps, worst);
+    rows_cols(r, rowbase, eps, worst);
+  }
+  float out = r[0];
+#pragma unroll
+  for (int e = 1; e < HC; e++) out = e == k ? r[e] : out;
+  if (__any_sync(0xffffffffu, worst >= 0x3c000000u)) out = sinkhorn_shuffled(logit, j, k, rowbase, eps, iters);
+  return out;
+}
+
+// ---- the lane form without the division's branch (SINKHORN_FORM 4) ----------------------------------
+// The lane form's layout and shuffles, with each quotient by div_fast after rcp_newton (the fast path
+// of __fdiv_rn, no FCHK and no branch on the chain: a dependent __fdiv_rn is 75 cycles on the H200,
+// the fast path alone about 40) and the operands' range folded into one maximum beside the chain, as in
+// the row form; the whole comb is made again by the lane form where any operand was out of range.
+__device__ __forceinline__ float sinkhorn_fast(float c, int j, int k, unsigned rowbase, float eps, int iters) {
+  const float logit = c;
+  float c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0), c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
+  float c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2), c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
+  const float mx = fmaxf(fmaxf(c0, c1), fmaxf(c2, c3));
+  c = pexp(SUB(c, mx));
+  c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0); c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
+  c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2); c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
+  float s = ADD(ADD(ADD(c0, c1), c2), c3);
+  unsigned worst = max(div_range(s), div_range(c));
+  c = ADD(div_fast(c, s, rcp_newton(s)), eps);
+#ifdef ABL_NO_SINKHORN
+  iters = 0;
+#endif
+  for (int it = 0; it < 2 * iters - 1; it++) {
+    const bool cols = (it & 1) == 0;
+    const unsigned b0 = cols ? rowbase + k : rowbase + j * 4, st = cols ? 4 : 1;
+    const float s0 = __shfl_sync(0xffffffffu, c, b0), s1 = __shfl_sync(0xffffffffu, c, b0 + st);
+    const float s2 = __shfl_sync(0xffffffffu, c, b0 + 2 * st), s3 = __shfl_sync(0xffffffffu, c, b0 + 3 * st);
+    s = ADD(ADD(ADD(ADD(s0, s1), s2), s3), eps);
+    worst = max(worst, max(div_range(s), div_range(c)));
+    c = div_fast(c, s, rcp_newton(s));
+  }
+  if (__any_sync(0xffffffffu, worst >= 0x3c000000u)) c = sinkhorn_shuffled(logit, j, k, rowbase, eps, iters);
+  return c;
+}
+
+__device__ __forceinline__ float sinkhorn_lane(float c, int j, int k, unsigned rowbase, float eps, int iters) {
+#if SINKHORN_FORM == 3
+  return sinkhorn_rows(c, j, k, rowbase, eps, iters);
+#elif SINKHORN_FORM == 4
+  return sinkhorn_fast(c, j, k, rowbase, eps, iters);
+#else
+  return sinkhorn_shuffled(c, j, k, rowbase, eps, iters);
+#endif
 }
 
 // The cross-block end of the lane tree: the 8 lane-group blocks' partials of one dot product and of

@@ -33,7 +33,7 @@ OPNAME = {"mhc_pre": "OP_PRE", "mhc_post_pre": "OP_POST_PRE", "mhc_post_head": "
 #: with shuffled sums, `regs` the whole comb in each lane's registers, `regs-shared` the same with each
 #: sum's reciprocal shared by its quotients. DECODER_SHELL_CUDA_SINKHORN picks one for both the graph
 #: kernels and the persistent cycle, so one run can time them side by side.
-SINKHORN_FORMS = {"lanes": 0, "regs": 1, "regs-shared": 2}
+SINKHORN_FORMS = {"lanes": 0, "regs": 1, "regs-shared": 2, "rows": 3, "lanes-fast": 4}
 
 
 def sinkhorn_flags() -> tuple[str, ...]:
