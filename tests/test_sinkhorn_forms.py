@@ -7,7 +7,7 @@ __fdiv_rn's instruction for instruction (so the bits are __fdiv_rn's wherever it
 an operand range check does inside div_by's 2^-60 <= |a|, |b| < 2^60); here the sequence also runs
 with an exact fp32 FMA (numpy, TwoSum) and gives numpy's correctly rounded quotient with the
 correctly rounded reciprocal, and on a million random pairs with either neighbour of it; the
-`regs-shared` Sinkhorn transliterated with it equals contracts.mhc.sinkhorn bit for bit. The forms
+`regs-shared` and `lanes-fast` Sinkhorn transliterated with it equal contracts.mhc.sinkhorn bit for bit. The forms
 build for sm_90 without spills or stack; the device check is tools/sinkhorn_bench.py.
 """
 
@@ -181,7 +181,7 @@ def test_div_by_fast_path_is_fdiv_rn_fast_path_instruction_for_instruction(tmp_p
 
 
 # --- the builds --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("form", ["lanes", "regs", "regs-shared", "rows", "lanes-fast"])
+@pytest.mark.parametrize("form", ["lanes", "regs", "regs-shared", "lanes-fast"])
 def test_every_form_builds_for_sm90_without_spills(form, monkeypatch, tmp_path):
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
     from decoder_shell.drivers.cuda.kernels import SINKHORN_FORMS, SOURCE
@@ -213,11 +213,20 @@ def test_ptxas_report_fails_on_a_compile_error():
         ptxas_report('extern "C" __global__ void k() { undefined_name(); }', "sm_90", EXACT_FLAGS)
 
 
+def test_the_default_form_is_the_one_kernels_cu_builds_without_a_flag():
+    import re
+    from decoder_shell.drivers.cuda.kernels import DEFAULT_SINKHORN, SINKHORN_FORMS, SOURCE
+    m = re.search(r"#ifndef SINKHORN_FORM\n#define SINKHORN_FORM (\d+)", SOURCE)
+    assert m and int(m.group(1)) == SINKHORN_FORMS[DEFAULT_SINKHORN]
+
+
 def test_the_form_is_chosen_by_the_environment_and_a_bad_name_is_one_line(monkeypatch):
     from decoder_shell.drivers.cuda.kernels import sinkhorn_flags
     from decoder_shell.errors import UsageError
     monkeypatch.delenv("DECODER_SHELL_CUDA_SINKHORN", raising=False)
     assert sinkhorn_flags() == ()
+    monkeypatch.setenv("DECODER_SHELL_CUDA_SINKHORN", "lanes")
+    assert sinkhorn_flags() == ("-DSINKHORN_FORM=0",)
     monkeypatch.setenv("DECODER_SHELL_CUDA_SINKHORN", "regs-shared")
     assert sinkhorn_flags() == ("-DSINKHORN_FORM=2",)
     monkeypatch.setenv("DECODER_SHELL_CUDA_SINKHORN", "fast")
@@ -347,9 +356,8 @@ def _in_range(v):
     return (np.asarray(v, f32).view(np.uint32) - np.uint32(0x21800000)) < np.uint32(0x3C000000)
 
 
-def _sinkhorn_rows(logits, eps, iters):
-    """sinkhorn_lane's `rows` and `lanes-fast` forms, transliterated (they differ in where each value
-    lives, not in what is computed): every quotient by div_fast (div_by's fast path with no check), each
+def _sinkhorn_fast(logits, eps, iters):
+    """sinkhorn_lane's `lanes-fast` form, transliterated: every quotient by div_fast (div_by's fast path with no check), each
     operand's range folded into a flag a comb, and where any operand of a comb was out of range that
     comb made again by the lane form (__fdiv_rn, numpy's division)."""
     c = np.asarray(logits, f32).reshape(-1, 4, 4)
@@ -389,8 +397,7 @@ def _sinkhorn_lanes(logits, eps, iters):
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2 ** 32 - 1), lo=st.integers(-40, 12), eps_exp=st.sampled_from([-6, -3, -20, None]))
 def test_fast_quotient_forms_equal_the_contract(seed, lo, eps_exp):
-    """The `rows` and `lanes-fast` Sinkhorn (fast quotients, one range flag a comb, the lane form where it
-    is raised) is the contract's bit for bit; with hc_eps 0 or tiny logits' spread some combs take the fallback."""
+    """The `lanes-fast` Sinkhorn (fast quotients, one range flag a comb, the lane form where it is raised) is the contract's bit for bit; with hc_eps 0 or tiny logits' spread some combs take the fallback."""
     from decoder_shell.contracts.mhc import MhcParams, sinkhorn
     rng = np.random.default_rng(seed)
     logits = (rng.standard_normal((64, 4, 4)) * np.exp2(rng.uniform(lo, lo + 8, (64, 1, 1)))).astype(f32)
@@ -398,7 +405,7 @@ def test_fast_quotient_forms_equal_the_contract(seed, lo, eps_exp):
     p = MhcParams(hc_eps=0.0 if eps_exp is None else 2.0 ** eps_exp)
     with np.errstate(all="ignore"):
         want = sinkhorn(logits, p)
-        got, _ = _sinkhorn_rows(logits, p.hc_eps, p.sinkhorn_iters)
+        got, _ = _sinkhorn_fast(logits, p.hc_eps, p.sinkhorn_iters)
     same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
     assert same.all()
 
@@ -411,9 +418,9 @@ def test_fast_quotient_forms_fall_back_only_for_the_comb_with_an_operand_out_of_
     rng = np.random.default_rng(5)
     logits = (rng.standard_normal((32, 4, 4)) * 4).astype(f32)
     with np.errstate(all="ignore"):
-        _, ok = _sinkhorn_rows(logits, DEFAULT.hc_eps, DEFAULT.sinkhorn_iters)
+        _, ok = _sinkhorn_fast(logits, DEFAULT.hc_eps, DEFAULT.sinkhorn_iters)
         assert ok.all()
         logits[3, 1] = [200.0, -200.0, 0.0, 0.0]
-        got, ok = _sinkhorn_rows(logits, DEFAULT.hc_eps, DEFAULT.sinkhorn_iters)
+        got, ok = _sinkhorn_fast(logits, DEFAULT.hc_eps, DEFAULT.sinkhorn_iters)
     assert not ok[3] and ok[np.arange(32) != 3].all()
     assert (got.view(np.uint32) == sinkhorn(logits, DEFAULT).view(np.uint32)).all()

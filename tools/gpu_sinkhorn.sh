@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The Sinkhorn forms on a GPU in one call: the micro-benchmark of every form checked bit for bit
+# The Sinkhorn forms on a GPU in one call (FORM against the default): the micro-benchmark of every form checked bit for bit
 # (tools/sinkhorn_bench.py), the cluster cycle's checks and profile built with FORM, the same profile with the
 # default form, the graph path's checks built with FORM (tools/cuda_check.py), and the bench of the graph path
 # and the cluster cycle in both forms at TP4 M=1/2/4/8 and TP1 M=2. Everything lands in $OUT; a summary last.
-#   [FORM=rows] bash tools/gpu_sinkhorn.sh [CASES] [EPOCHS]
+#   [FORM=lanes] bash tools/gpu_sinkhorn.sh [CASES] [EPOCHS]
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:${PYTHONPATH:-}
-FORM=${FORM:-rows}; CASES=${1:-3}; EPOCHS=${2:-30}
+FORM=${FORM:-lanes}; CASES=${1:-3}; EPOCHS=${2:-30}
 summary=()
 run() {  # name timeout command...
   local name=$1 t=$2; shift 2

@@ -3,7 +3,7 @@
 The persistent cycle's critical chain at the start of a step is warp 0's: the producer's partials,
 block_mix, the sigmoid, the softmax and 39 dependent Sinkhorn half-iterations. This tool times each
 piece inside one warp with clock64 (tools/sinkhorn_bench.cu, built on kernels.cu + persistent.cu once
-per SINKHORN_FORM: `lanes`, `regs`, `regs-shared`), plus the atoms of a half-iteration (a division
+per SINKHORN_FORM: `lanes`, `regs`, `regs-shared`, `lanes-fast`), plus the atoms of a half-iteration (a division
 alone, a division by a shared reciprocal, a shuffle round, pexp, the ring fold), the chain again in a
 128-thread block whose four warps have just issued a unit's 128 weight loads each (as in the persistent
 kernel: shuffles share the memory pipeline's queue with loads) and without them, and checks every output against the

@@ -461,7 +461,7 @@ __device__ __forceinline__ void sinkhorn_regs(float (&c)[HC * HC], float eps, in
 }
 
 #ifndef SINKHORN_FORM
-#define SINKHORN_FORM 0  // 0: one entry per lane, sums by shuffles; 1, 2: the comb in registers (above); 3: rows, 4: lanes-fast (below)
+#define SINKHORN_FORM 3  // 0: one entry per lane, sums by shuffles; 1, 2: the comb in registers (above); 3: 0 without the division's branch (below)
 #endif
 
 // Softmax over k, + eps, then the Sinkhorn normalizations (col, then (row, col) x (iters - 1)), for
@@ -507,18 +507,19 @@ __device__ __forceinline__ float sinkhorn_shuffled(float c, int j, int k, unsign
 }
 
 
-// ---- the row form (SINKHORN_FORM 3) ---------------------------------------------------------------
+// ---- the lane form without the division's branch (SINKHORN_FORM 3, the default) -------------------
 // The lane form's half-iteration is a shuffle round (4 shuffles + 4 adds, 58 cycles on the H200) and a
-// __fdiv_rn (75 cycles: MUFU.RCP and five dependent FMAs, then the FCHK's branch to its slow path), 39
-// times in a row. Here every lane of a row's 16 holds its comb row j whole (the four lanes of a row the
-// same values): a row sum is 4 adds in registers, and a column half gathers the whole comb with 16
-// shuffles issued together, then makes the 4 column sums the row needs; one shuffle round a pair of
-// halves instead of two. Its 4 quotients share the sum's reciprocal (recip's Newton step, then div_by's
-// three operations: __fdiv_rn's fast path instruction for instruction), and none of them waits on a
-// range check: every numerator and denominator is folded into one unsigned maximum beside the chain
-// (div_range), and where any of them lies outside div_by's range (2^-60 <= |v| < 2^60: zeros,
-// subnormals, negatives, infinities, NaN) the whole comb is made again by the lane form, slow path
-// included. Same additions in the same order, same correctly rounded quotients: the bits cannot differ.
+// __fdiv_rn (75 cycles: MUFU.RCP and five dependent FMAs, then the FCHK's predicate and the branch to
+// its slow path, which the next half waits for), 39 times in a row. Here each quotient is __fdiv_rn's
+// fast path alone (rcp_newton, then div_fast: the instructions of recip and div_by, so its bits where
+// 2^-60 <= |a|, |b| < 2^60), with no check on the chain: every numerator and denominator goes into
+// one unsigned maximum beside it (div_range: out of range are zeros, subnormals, negatives, infinities,
+// NaN and extreme values), and where any lane of the warp saw one, the whole comb is made again by the
+// lane form (__fdiv_rn, slow path included) from the logit. Same additions in the same order, the
+// contract's correctly rounded quotients: the bits cannot differ. In one warp 4,049 cycles against
+// 4,952 (tools/sinkhorn_bench.py). A comb row a lane (4 adds in registers for a row, the whole comb
+// gathered by 16 shuffles for a column: one shuffle round a pair of halves) was tried: exact, and
+// 6,198 cycles, the 16 shuffles and 4 reciprocals a column half bound by their issue.
 __device__ __forceinline__ unsigned div_range(float v) { return __float_as_uint(v) - 0x21800000u; }  // < 0x3c000000u: in range
 __device__ __forceinline__ float rcp_newton(float b) {
   float y0;
@@ -529,68 +530,6 @@ __device__ __forceinline__ float div_fast(float a, float b, float y) {
   const float q0 = __fmul_rn(a, y);
   return __fmaf_rn(y, __fmaf_rn(-b, q0, a), q0);
 }
-// a column half: the whole comb from the row's lanes, then the 4 column sums this row is divided by
-__device__ __forceinline__ void rows_cols(float (&r)[HC], unsigned rowbase, float eps, unsigned& worst) {
-  float m[HC][HC];
-#pragma unroll
-  for (int i = 0; i < HC; i++)
-#pragma unroll
-    for (int e = 0; e < HC; e++) m[i][e] = __shfl_sync(0xffffffffu, r[e], rowbase + i * HC);
-#pragma unroll
-  for (int e = 0; e < HC; e++) {
-    const float s = ADD(ADD(ADD(ADD(m[0][e], m[1][e]), m[2][e]), m[3][e]), eps), y = rcp_newton(s);
-    worst = max(worst, max(div_range(s), div_range(r[e])));
-    r[e] = div_fast(r[e], s, y);
-  }
-}
-// a row half: in registers
-__device__ __forceinline__ void rows_row(float (&r)[HC], float eps, unsigned& worst) {
-  const float s = ADD(ADD(ADD(ADD(r[0], r[1]), r[2]), r[3]), eps), y = rcp_newton(s);
-  worst = max(worst, div_range(s));
-#pragma unroll
-  for (int e = 0; e < HC; e++) {
-    worst = max(worst, div_range(r[e]));
-    r[e] = div_fast(r[e], s, y);
-  }
-}
-__device__ __forceinline__ float sinkhorn_rows(float c, int j, int k, unsigned rowbase, float eps, int iters) {
-  const float logit = c;
-  float r[HC];
-#pragma unroll
-  for (int e = 0; e < HC; e++) r[e] = __shfl_sync(0xffffffffu, c, rowbase + j * HC + e);
-  const float mx = fmaxf(fmaxf(r[0], r[1]), fmaxf(r[2], r[3]));
-#pragma unroll
-  for (int e = 0; e < HC; e++) r[e] = pexp(SUB(r[e], mx));
-  unsigned worst = 0;
-  {
-    const float s = ADD(ADD(ADD(r[0], r[1]), r[2]), r[3]), y = rcp_newton(s);
-    worst = max(worst, div_range(s));
-#pragma unroll
-    for (int e = 0; e < HC; e++) {
-      worst = max(worst, div_range(r[e]));
-      r[e] = ADD(div_fast(r[e], s, y), eps);
-    }
-  }
-#ifdef ABL_NO_SINKHORN
-  iters = 0;
-#endif
-  if (iters > 0) rows_cols(r, rowbase, eps, worst);
-  for (int it = 1; it < iters; it++) {
-    rows_row(r, eps, worst);
-    rows_cols(r, rowbase, eps, worst);
-  }
-  float out = r[0];
-#pragma unroll
-  for (int e = 1; e < HC; e++) out = e == k ? r[e] : out;
-  if (__any_sync(0xffffffffu, worst >= 0x3c000000u)) out = sinkhorn_shuffled(logit, j, k, rowbase, eps, iters);
-  return out;
-}
-
-// ---- the lane form without the division's branch (SINKHORN_FORM 4) ----------------------------------
-// The lane form's layout and shuffles, with each quotient by div_fast after rcp_newton (the fast path
-// of __fdiv_rn, no FCHK and no branch on the chain: a dependent __fdiv_rn is 75 cycles on the H200,
-// the fast path alone about 40) and the operands' range folded into one maximum beside the chain, as in
-// the row form; the whole comb is made again by the lane form where any operand was out of range.
 __device__ __forceinline__ float sinkhorn_fast(float c, int j, int k, unsigned rowbase, float eps, int iters) {
   const float logit = c;
   float c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0), c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
@@ -620,8 +559,6 @@ __device__ __forceinline__ float sinkhorn_fast(float c, int j, int k, unsigned r
 
 __device__ __forceinline__ float sinkhorn_lane(float c, int j, int k, unsigned rowbase, float eps, int iters) {
 #if SINKHORN_FORM == 3
-  return sinkhorn_rows(c, j, k, rowbase, eps, iters);
-#elif SINKHORN_FORM == 4
   return sinkhorn_fast(c, j, k, rowbase, eps, iters);
 #else
   return sinkhorn_shuffled(c, j, k, rowbase, eps, iters);

@@ -30,18 +30,21 @@ OPNAME = {"mhc_pre": "OP_PRE", "mhc_post_pre": "OP_POST_PRE", "mhc_post_head": "
 
 
 #: Forms of the Sinkhorn (kernels.cu SINKHORN_FORM), all bit-identical: `lanes` one comb entry per lane
-#: with shuffled sums, `regs` the whole comb in each lane's registers, `regs-shared` the same with each
-#: sum's reciprocal shared by its quotients. DECODER_SHELL_CUDA_SINKHORN picks one for both the graph
-#: kernels and the persistent cycle, so one run can time them side by side.
-SINKHORN_FORMS = {"lanes": 0, "regs": 1, "regs-shared": 2, "rows": 3, "lanes-fast": 4}
+#: with shuffled sums and __fdiv_rn, `lanes-fast` (the default) the same with __fdiv_rn's fast path and
+#: no branch on the chain (the lane form made again where an operand leaves its range), `regs` the whole
+#: comb in each lane's registers, `regs-shared` the same with each sum's reciprocal shared by its
+#: quotients. DECODER_SHELL_CUDA_SINKHORN picks one for both the graph kernels and the persistent
+#: cycles, so one run can time them side by side.
+SINKHORN_FORMS = {"lanes": 0, "regs": 1, "regs-shared": 2, "lanes-fast": 3}
+DEFAULT_SINKHORN = "lanes-fast"  # kernels.cu's SINKHORN_FORM without a flag
 
 
 def sinkhorn_flags() -> tuple[str, ...]:
     """The compile flag of the Sinkhorn form the environment asks for (none for the default)."""
-    name = os.environ.get("DECODER_SHELL_CUDA_SINKHORN", "") or "lanes"
+    name = os.environ.get("DECODER_SHELL_CUDA_SINKHORN", "") or DEFAULT_SINKHORN
     if name not in SINKHORN_FORMS:
         raise UsageError(f"DECODER_SHELL_CUDA_SINKHORN={name}: not one of {', '.join(SINKHORN_FORMS)}")
-    return (f"-DSINKHORN_FORM={SINKHORN_FORMS[name]}",) if SINKHORN_FORMS[name] else ()
+    return () if name == DEFAULT_SINKHORN else (f"-DSINKHORN_FORM={SINKHORN_FORMS[name]}",)
 
 
 def outputs_per_block(op: str, rows: int) -> int:
