@@ -105,14 +105,11 @@ class CudaDriver(Driver):
     def _load_auto(self, cycle):
         """The cluster cycle where it is faster than the graph path (see cluster_cycle.AUTO_MAX_ROWS), else
         None (the graph). A gate's candidates and its reference never come here: they name their form."""
-        from .cluster_cycle import ClusterSession, NotChosen, auto_fits
+        from .cluster_cycle import ClusterSession, auto_fits
         if not auto_fits(self.sm, self.placement_for(cycle.ranks), cycle):
             return None
         self.cu.cuCtxSetCurrent(self.ctx)
-        try:
-            session = ClusterSession(self, cycle, auto=True)
-        except NotChosen:
-            return None
+        session = ClusterSession(self, cycle)
         self._last = "persistent-cluster"
         return session
 

@@ -69,7 +69,10 @@ def source(q: int, rpc: int, threads: int = THREADS, ranks: int = 4) -> tuple[st
     wrapper = (f'static_assert(cl_dyn_smem<{q}, {rpc}>() <= {dyn_smem_bytes(q)}, "dynamic shared memory");\n'
                f'extern "C" __global__ void __launch_bounds__({threads}, 1) {entry}(const CArgs p) '
                f'{{ cluster_cycle<{q}, {rpc}, {threads}, {ranks}>(p); }}\n')
-    return SOURCE + PERSISTENT_SOURCE + CLUSTER_SOURCE + wrapper, entry
+    # the Sinkhorn loop unrolled, the largest build's fold over more than 4 ranks spills at 512 threads
+    # (128 registers): that build keeps it rolled (kernels.cu SINKHORN_UNROLL)
+    rolled = "#define SINKHORN_UNROLL 1\n" if rpc == max(RPC_BUILDS) and ranks > 4 and threads > 256 else ""
+    return rolled + SOURCE + PERSISTENT_SOURCE + CLUSTER_SOURCE + wrapper, entry
 
 
 def block_threads() -> int:
@@ -104,17 +107,13 @@ def check_cycle(cycle, plan) -> None:
                          "one before it (use --cycle persistent)")
 
 
-#: `--cycle auto` takes the cluster cycle only where it was measured faster than the graph path (H200,
-#: dsv4-flash, docs/BENCHMARKS.md ninth session: 1.31x at 1 row, 1.32x at 2, 1.32x at 4, 1.35x at 8): one row
-#: group a rank (the flag-and-data joins) and at most this many rows a step (the largest build). With
-#: several row groups a rank (TP1 on an H200: the counter join) the two are even and the graph path runs.
+#: `--cycle auto` takes the cluster cycle where it was measured faster than the graph path (H200,
+#: dsv4-flash, docs/BENCHMARKS.md tenth session, lanes-fast Sinkhorn: TP4 M=1/2/4/8 1.34-1.39x; with several
+#: row groups a rank, TP1 M=1/2/8 1.03-1.04x and M=4 even, TP2 M=2 1.02x and M=8 1.26x): every cycle the
+#: kernel is built for with at most this many rows a step (the largest build).
 AUTO_MAX_ROWS = 8
 #: The commands the kernel runs (everything else, MoE and dense sub-blocks, is graph nodes only).
 KERNEL_OPS = ("allreduce", "mhc_pre", "mhc_post_pre", "mhc_post_head")
-
-
-class NotChosen(Exception):
-    """`--cycle auto`: this cycle is outside where the cluster cycle is faster (the graph path runs it)."""
 
 
 def auto_fits(sm: int, placement: str, cycle) -> bool:
@@ -137,12 +136,6 @@ class ClusterSession(PersistentSession):
     """The graph session's buffers, with one cluster-launched kernel instead of the graph."""
 
     DETAIL_SLOTS = 16  # CL_DETAIL in cluster_cycle.cu
-
-    def __init__(self, drv, cycle, *, auto: bool = False, **kw):
-        """auto: raise NotChosen (after freeing what was made) where the device would give a rank more
-        than one row group (the counter-joined layout, slower than the graph path where measured)."""
-        self.auto = auto
-        super().__init__(drv, cycle, **kw)
 
     def _build_persistent(self, drv, fma, blocks, watchdog_ms, skip_step):
         cu, cycle = self.cu, self.cycle
@@ -179,8 +172,6 @@ class ClusterSession(PersistentSession):
         if rpc is None:
             raise UsageError(f"persistent-cluster cycle: {max(rows)} rows over {groups} clusters a rank is "
                              f"{per} rows a cluster; the kernel holds at most {max(RPC_BUILDS)}")
-        if self.auto and groups > 1:
-            raise NotChosen(f"{groups} row groups a rank")
         self.groups, self.rpc, self.most = groups, rpc, most
         self.func = probe if rpc == max(RPC_BUILDS) else self._function(q, rpc, fma)
         self.blocks = cycle.ranks * groups * CL_SIZE

@@ -516,7 +516,7 @@ __device__ __forceinline__ float sinkhorn_shuffled(float c, int j, int k, unsign
 // one unsigned maximum beside it (div_range: out of range are zeros, subnormals, negatives, infinities,
 // NaN and extreme values), and where any lane of the warp saw one, the whole comb is made again by the
 // lane form (__fdiv_rn, slow path included) from the logit. Same additions in the same order, the
-// contract's correctly rounded quotients: the bits cannot differ. In one warp 4,049 cycles against
+// contract's correctly rounded quotients: the bits cannot differ. In one warp 4,011 cycles against
 // 4,952 (tools/sinkhorn_bench.py). A comb row a lane (4 adds in registers for a row, the whole comb
 // gathered by 16 shuffles for a column: one shuffle round a pair of halves) was tried: exact, and
 // 6,198 cycles, the 16 shuffles and 4 reciprocals a column half bound by their issue.
@@ -529,6 +529,22 @@ __device__ __forceinline__ float rcp_newton(float b) {
 __device__ __forceinline__ float div_fast(float a, float b, float y) {
   const float q0 = __fmul_rn(a, y);
   return __fmaf_rn(y, __fmaf_rn(-b, q0, a), q0);
+}
+// The loop's unrolling (4: 4,011 cycles in one warp; 1: 4,399). A build that would spill with it
+// unrolled (the cluster cycle at 8 rows a cluster and more than 4 ranks) sets 1.
+#ifndef SINKHORN_UNROLL
+#define SINKHORN_UNROLL 4
+#endif
+#define SK_PRAGMA(x) _Pragma(#x)
+#define SK_UNROLL(n) SK_PRAGMA(unroll n)
+// one half-iteration of the lanes-fast form: the sum of lanes b0, b0 + st, b0 + 2 st, b0 + 3 st (the
+// lane's column or row), + eps, and the quotient by it; the operands' range into `worst`
+__device__ __forceinline__ float fast_half(float c, unsigned b0, unsigned st, float eps, unsigned& worst) {
+  const float s0 = __shfl_sync(0xffffffffu, c, b0), s1 = __shfl_sync(0xffffffffu, c, b0 + st);
+  const float s2 = __shfl_sync(0xffffffffu, c, b0 + 2 * st), s3 = __shfl_sync(0xffffffffu, c, b0 + 3 * st);
+  const float s = ADD(ADD(ADD(ADD(s0, s1), s2), s3), eps);
+  worst = max(worst, max(div_range(s), div_range(c)));
+  return div_fast(c, s, rcp_newton(s));
 }
 __device__ __forceinline__ float sinkhorn_fast(float c, int j, int k, unsigned rowbase, float eps, int iters) {
   const float logit = c;
@@ -544,14 +560,13 @@ __device__ __forceinline__ float sinkhorn_fast(float c, int j, int k, unsigned r
 #ifdef ABL_NO_SINKHORN
   iters = 0;
 #endif
+  // the halves' first source lanes and strides, swapped every half (renamed away where the loop unrolls)
+  unsigned b0 = rowbase + k, st0 = 4, b1 = rowbase + j * 4, st1 = 1;
+  SK_UNROLL(SINKHORN_UNROLL)
   for (int it = 0; it < 2 * iters - 1; it++) {
-    const bool cols = (it & 1) == 0;
-    const unsigned b0 = cols ? rowbase + k : rowbase + j * 4, st = cols ? 4 : 1;
-    const float s0 = __shfl_sync(0xffffffffu, c, b0), s1 = __shfl_sync(0xffffffffu, c, b0 + st);
-    const float s2 = __shfl_sync(0xffffffffu, c, b0 + 2 * st), s3 = __shfl_sync(0xffffffffu, c, b0 + 3 * st);
-    s = ADD(ADD(ADD(ADD(s0, s1), s2), s3), eps);
-    worst = max(worst, max(div_range(s), div_range(c)));
-    c = div_fast(c, s, rcp_newton(s));
+    c = fast_half(c, b0, st0, eps, worst);
+    const unsigned tb = b0, ts = st0;
+    b0 = b1, st0 = st1, b1 = tb, st1 = ts;
   }
   if (__any_sync(0xffffffffu, worst >= 0x3c000000u)) c = sinkhorn_shuffled(logit, j, k, rowbase, eps, iters);
   return c;
