@@ -276,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cuda: the cycle as a graph of kernel nodes, or as one persistent cooperative kernel "
                         "(its steps separated by grid barriers, or ordered by row counters), or as one kernel of "
                         "16-block clusters, one per rank and row group (docs/CUDA.md); auto (default): the "
-                        "cluster kernel where it is faster than the graph (one row group a rank, at most 8 rows "
+                        "cluster kernel where it is faster than the graph (at most 8 rows "
                         "a step, emulated ranks, sm_90+), else the graph; --breakdown always times the graph")
     s.add_argument("--seed", type=int, default=0, help="seed of the changed epochs' inputs")
     s.add_argument("--json", action="store_true", help="print the full result as JSON")
