@@ -78,18 +78,20 @@ def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
     assert entry.encode() in compile_cubin(src, "sm_90", FMA_FLAGS, name="cluster_cycle.cu")
 
 
-@pytest.mark.parametrize("defines", ["CL_NO_JOIN", "CL_NO_FETCH", "CL_FOLD_NOLOAD", "CL_ISOLATE_SK=1",
-                                     "CL_PREFETCH_EARLY CL_LOOKAHEAD=4", "CL_EVICT_FIRST=0 CL_PART_AHEAD=1",
-                                     "CL_COUNTER_JOIN", "CL_LL_WORDS=4", "CL_JOIN_RELEASE", "CL_JOIN_RELEASE CL_COUNTER_JOIN", "CL_DOT_UNROLL=16",
-                                     "CL_DOT_TILE=0", "CL_DOT_SPLIT_ROWS=4", "CL_LL_WORDS=24",
-                                     "CL_LL_SPLIT=0", "CL_LL_WORDS32=8"])
-def test_every_tuning_and_timing_define_builds(defines, tmp_path, monkeypatch):
-    """The defines tools/gpu_cluster.sh VARIANTS take: a tuning run on the GPU must not find a build error."""
+@pytest.mark.parametrize("defines,rpc", [(d, 2) for d in [
+    "CL_NO_JOIN", "CL_NO_FETCH", "CL_FOLD_NOLOAD", "CL_ISOLATE_SK=1", "CL_PREFETCH_EARLY CL_LOOKAHEAD=4",
+    "CL_EVICT_FIRST=0 CL_PART_AHEAD=1", "CL_COUNTER_JOIN", "CL_LL_WORDS=4", "CL_JOIN_RELEASE",
+    "CL_JOIN_RELEASE CL_COUNTER_JOIN", "CL_DOT_UNROLL=16", "CL_DOT_SPLIT_ROWS=4", "CL_LL_WORDS=24", "CL_LL_SPLIT=0",
+    "CL_LL_WORDS32=8", "CL_DOT_LANES=1", "CL_DOT_LANES=9"]] + [(d, 8) for d in [
+    "CL_DOT_LANES=9", "CL_DOT_LANES=9 CL_DOT_TILE=0", "CL_LANES_UNROLL=2"]])
+def test_every_tuning_and_timing_define_builds(defines, rpc, tmp_path, monkeypatch):
+    """The defines tools/gpu_cluster.sh VARIANTS take: a tuning run on the GPU must not find a build error
+    (the dot products' defines at eight rows too, where their loops differ)."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
     from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
     monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
-    src, entry = source(4, 2)
+    src, entry = source(4, rpc)
     assert entry.encode() in compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
 
 

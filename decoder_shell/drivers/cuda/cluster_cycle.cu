@@ -550,6 +550,12 @@ __device__ __forceinline__ void prefetch_partials(const PartFetch& f, int groups
 #ifndef CL_DOT_SPLIT_ROWS
 #define CL_DOT_SPLIT_ROWS 1  // builds of at least this many rows take the split dot-product loops (16 warps)
 #endif
+#ifndef CL_DOT_LANES
+#define CL_DOT_LANES 2  // builds of 16 warps and at least this many rows take dots_by_lanes (9: none, the loops above)
+#endif
+#ifndef CL_LANES_UNROLL
+#define CL_LANES_UNROLL 4  // dots_by_lanes' loop over u unrolled by this much at four and eight rows
+#endif
 #ifndef CL_DOT_TILE
 #define CL_DOT_TILE 1  // at eight rows, four rows by four chains a warp (0: every row by two chains)
 #endif
@@ -597,6 +603,106 @@ __device__ __forceinline__ void dot_rows(const float* const (&wrow)[NCH], const 
                                          int lane, bool sq, float (&a0)[RPC][NCH], float (&a1)[RPC][NCH]) {
   if (nrows == RPC) dot_chains<Q, RPC, NCH, NS, F0, U, true>(wrow, sv, nrows, lane, sq, a0, a1);
   else dot_chains<Q, RPC, NCH, NS, F0, U, false>(wrow, sv, nrows, lane, sq, a0, a1);
+}
+
+// ---- the dot products by lane halves (dots_by_lanes: 16 warps, at least CL_DOT_LANES rows a cluster) ------------
+// The loops above have every warp cover the block's 64 lanes (two a thread, 8-byte loads): every warp reads every
+// row's stream values (16 times a step at 16 warps), and each (row, chain)'s 64-lane tree takes five shuffles a
+// value, which the SM issues one warp at a time. Here a warp covers one lane half, one lane a thread (32-bit loads:
+// a weight load of 32 lanes is one wavefront, every byte used), every row of the cluster in each thread, and the
+// 8 warps of a lane half split the chains (chain c in group c % 8): each weight is read once, each stream value by
+// 8 warps, and the tree of the half's 32 lanes runs for a thread's values at once (lane_tree). The same additions
+// in the same order: each lane's chain over u, the contract's adjacent-pair tree over the half's 32 lanes, the two
+// halves added where the partials are pushed (dot_piece). H200, TP4 M=2/4/8 (docs/BENCHMARKS.md, eleventh session):
+// dot products 1.73 / 2.82 / 4.51 -> 1.28 / 1.98 / 3.68 us a step; with the tree one value at a time 1.95 / 3.23 /
+// 6.02, and a lane pair a thread with its two 16-lane row slots sharing each weight load 1.82 / 2.82 / 4.19.
+// The contract's adjacent-pair tree over a warp's 32 lanes for K values a thread at once (K a power of two,
+// at most 32): round r pairs lanes l and l ^ 2^r, each keeps half of its values (the upper half where bit r of
+// its lane is set) and adds its partner's of that half, so after log2 K rounds a thread holds one value,
+// summed over its aligned group of K lanes, and the rounds left (xor K .. 16) add the groups: K - 1 + 5 - log2 K
+// shuffles where one value at a time takes 5K. Sums of aligned lane groups in pairs are the tree's levels;
+// which of the two is added to the other does not matter (IEEE addition commutes). Returns the index of the
+// value v[0] now holds in every lane below K (its lane's low log2 K bits reversed); lanes past K hold copies.
+template <int K, int N = K, int STEP = 1>
+__device__ __forceinline__ int lane_tree(float (&v)[K], int lane) {
+  static_assert(K >= 1 && K <= 32 && (K & (K - 1)) == 0, "a power of two, at most 32");
+  if constexpr (N > 1) {  // one round: N values held, N / 2 kept
+    const bool up = (lane & STEP) != 0;
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) {
+      const float send = up ? v[i] : v[i + N / 2], keep = up ? v[i + N / 2] : v[i];
+      v[i] = ADD(keep, __shfl_xor_sync(0xffffffffu, send, STEP));
+    }
+    return (up ? N / 2 : 0) + lane_tree<K, N / 2, 2 * STEP>(v, lane);
+  } else {
+#pragma unroll
+    for (int step = K; step < 32; step <<= 1) v[0] = ADD(v[0], __shfl_xor_sync(0xffffffffu, v[0], step));
+    return 0;
+  }
+}
+template <int Q, int RPC, int NC, int NS, bool SQ, int U>
+__device__ __forceinline__ void dot_lanes_loop(const float* const (&wrow)[NC], const float* svp, float (&a)[RPC][NC]) {
+  CL_UNROLL(U)
+  for (int u = 0; u < HC * Q; u++) {
+    float s[RPC], wv[NS];
+#pragma unroll
+    for (int r = 0; r < RPC; r++) s[r] = svp[r * HC * Q * CL_LANES + u * CL_LANES];
+#pragma unroll
+    for (int i = SQ ? 1 : 0; i < NS; i++) wv[i] = wrow[i][u * CL_LANES];
+#pragma unroll
+    for (int r = 0; r < RPC; r++)
+#pragma unroll
+      for (int i = 0; i < NS; i++) a[r][i] = ADD(a[r][i], MUL(s[r], SQ && i == 0 ? s[r] : wv[i]));
+  }
+}
+template <int Q, int RPC, int NC, bool SQ, int U, int NS = NC>
+__device__ __forceinline__ void dot_lanes_n(int ns, const float* const (&wrow)[NC], const float* svp, float (&a)[RPC][NC]) {
+  if constexpr (NS >= 1) {
+    if (ns == NS) dot_lanes_loop<Q, RPC, NC, NS, SQ, U>(wrow, svp, a);
+    else dot_lanes_n<Q, RPC, NC, SQ, U, NS - 1>(ns, wrow, svp, a);
+  }
+}
+template <int Q, int RPC, int PS>
+__device__ __forceinline__ void dots_by_lanes(const float* wsm, const float (*sv)[HC * Q][CL_LANES], int nrows, int nout, int w,
+                                              int lane, float (*half)[PS]) {
+  constexpr int G = 8, NC = (CL_CHAINS + G - 1) / G;  // chain groups, chains of the largest
+  constexpr int U = RPC <= 2 ? HC * Q : CL_LANES_UNROLL;
+  const int lh = w & 1, cg = w >> 1, l = lh * 32 + lane;
+  const int ns = cg <= nout ? (nout - cg) / G + 1 : 0;
+  const float* wrow[NC];
+#pragma unroll
+  for (int i = 0; i < NC; i++) {
+    const int c = cg + G * i;
+    wrow[i] = wsm + (size_t)(c >= 1 && c <= nout ? c - 1 : 0) * HC * Q * CL_LANES + l;
+  }
+  float a[RPC][NC];
+#pragma unroll
+  for (int r = 0; r < RPC; r++)
+#pragma unroll
+    for (int i = 0; i < NC; i++) a[r][i] = 0.0f;
+  const float* svp = &sv[0][0][l];
+  if (cg == 0) dot_lanes_n<Q, RPC, NC, true, U>(ns, wrow, svp, a);
+  else dot_lanes_n<Q, RPC, NC, false, U>(ns, wrow, svp, a);
+  // the 32 lanes' tree of RB rows' values at once (lane_tree; at eight rows twice, four rows each: all 32 values
+  // at once spilled)
+  constexpr int RB = RPC * NC > 16 ? 16 / NC : RPC, K = RB * NC;
+#pragma unroll
+  for (int r0 = 0; r0 < RPC; r0 += RB) {
+    float v[K];
+#pragma unroll
+    for (int r = 0; r < RB; r++)
+#pragma unroll
+      for (int i = 0; i < NC; i++) v[r * NC + i] = a[r0 + r][i];
+    const int k = lane_tree<K>(v, lane);
+    const int r = r0 + k / NC, i = k % NC;
+    if (lane < K && i < ns && r < nrows) half[lh][r * CL_CHAINS + cg + G * i] = v[0];
+  }
+}
+// Piece j (four floats) of the block's partials: the sum of its two lane halves (the tree's sixth level).
+template <int PS>
+__device__ __forceinline__ float4 dot_piece(const float (*half)[PS], int j) {
+  const float4 a = *reinterpret_cast<const float4*>(&half[0][4 * j]), b = *reinterpret_cast<const float4*>(&half[1][4 * j]);
+  return make_float4(ADD(a.x, b.x), ADD(a.y, b.y), ADD(a.z, b.z), ADD(a.w, b.w));
 }
 
 // C of one step: the stream values of the block's columns of its rows from x (xs), the residual and
@@ -716,6 +822,7 @@ __device__ void cluster_cycle(const CArgs& p) {
   constexpr int NW = NT / 32, NCH = (CL_CHAINS + NW - 1) / NW;  // warps; chains a warp
   // the dot products' tiling: RW rows by NC chain slots a warp, chain c in group c % CW (TILE: at eight rows
   // and 16 warps, two row blocks of four by eight groups of up to four chains; else every row, NCH slots)
+  constexpr bool BY_LANES = RPC >= CL_DOT_LANES && NW == 16;  // the dot products by lane halves (dots_by_lanes)
   constexpr bool TILE = CL_DOT_TILE && RPC == 8 && NW == 16;
   constexpr int RW = TILE ? 4 : RPC, CW = TILE ? 8 : NW, NC = TILE ? 4 : NCH;
   constexpr int AW = sizeof(MhcArgs) / 8;                        // 8-byte words of one step's arguments
@@ -728,7 +835,9 @@ __device__ void cluster_cycle(const CArgs& p) {
   __shared__ float xs[RPC][Q][CL_LANES];        // x of the next step (folded)
   __shared__ u64 xbar[2];                       // the exchange of step s is complete: xbar[s & 1]
   constexpr int PS = cl_partials_floats<Q, RPC>();  // floats of one block's partials of a step (rows x 25, padded)
-  __shared__ __align__(16) float part[PS];      // this block's partials: [row * 25 + chain] (0: sum of squares, 1 + o)
+  // this block's partials: [row * 25 + chain] (0: sum of squares, 1 + o); BY_LANES: of its two lane halves
+  __shared__ __align__(16) float halves[BY_LANES ? 2 : 1][PS];
+  float* const part = halves[0];
   __shared__ float pc[RPC][HC + HC * HC];       // post, comb for the next step
   __shared__ float pre_s[RPC][HC];
   __shared__ MhcArgs args_s[2];                 // step s's arguments for this rank at [s & 1]
@@ -843,10 +952,19 @@ __device__ void cluster_cycle(const CArgs& p) {
     if (work) stream_values<Q>(A, op, carried, row0, nrows, L0, xs, sv, pc, t, NT);
     __syncthreads();
     dstamp_after(ds, 1, &sv[0][0][CL_LANES - 1]);
-    // A: dot products of the block's 64 lanes (two a thread), warp w's chains over its rows (every row, or
-    // at eight rows (TILE) half of them: warps w and w + 8 share chain group w % 8), then the 64-lane
-    // tree into part (synchronization-only launches: zeros)
-    {
+    // A: dot products of the block's 64 lanes. BY_LANES: by lane halves (dots_by_lanes: each warp one lane half and
+    // a chain group, the partials of each half into halves[0] / [1]); else each warp over the 64 lanes (two a
+    // thread), warp w's chains over its rows (every row, or at eight rows (TILE) half of them: warps w and w + 8
+    // share chain group w % 8), then the 64-lane tree into part (synchronization-only launches: zeros)
+    if constexpr (BY_LANES) {
+      if (work) {
+        if (wpending) {
+          mbar_wait(&wbar, wphase);
+          wphase ^= 1;
+        }
+        dots_by_lanes<Q, RPC, PS>(wsm, sv, nrows, nout, w, lane, halves);
+      }
+    } else {
       const int wr = TILE ? w / CW : 0, wc = TILE ? w % CW : w;  // the warp's row block and chain group
       const int mrow0 = wr * RW, nrw = min(RW, nrows - mrow0);    // its rows: [mrow0, mrow0 + nrw)
       float a0[RW][NC], a1[RW][NC];
@@ -965,7 +1083,8 @@ __device__ void cluster_cycle(const CArgs& p) {
     // 16-byte piece a lane)
     for (int d = w; d < CL_SIZE; d += NW) {
       const unsigned rb = dsmem_addr(&xbar[buf], d), ra = dsmem_addr(&recv[buf][b][0], d);
-      for (int j = lane; j < npieces; j += 32) push_dsmem(ra + 16 * j, *reinterpret_cast<const float4*>(&part[4 * j]), rb);
+      for (int j = lane; j < npieces; j += 32)
+        push_dsmem(ra + 16 * j, BY_LANES ? dot_piece<PS>(halves, j) : *reinterpret_cast<const float4*>(&part[4 * j]), rb);
     }
     // every warp of this block is past its dot products: the next step's weights may land in wsm (the copy
     // issued by thread 0, which waits for no gpu-scope fence before it lands: a helper's rank barrier
