@@ -17,11 +17,12 @@
 //   C  stream values of s for its lanes from x (folded during B(s-1)), the residual (its own shared
 //      memory) and post/comb (made in B(s-1)); streams written; the loads of the next step's arguments
 //      and of this step's base/scale issued into registers (their latency overlaps C and A);
-//   A  the lanes' dot products of the 24 (head: 4) outputs and the sum of squares (25 chains over the
-//      block's 8 or 16 warps, every warp over all 64 lanes), the 64-lane tree in each warp, the
-//      block's partials into shared memory; the next step's arguments stored; block barrier;
-//   X  the block's partials pushed into all 16 blocks (st.async), the weights of s+1 requested, the
-//      helpers' loads for the next join issued;
+//   A  the lanes' dot products of the 24 (head: 4) outputs and the sum of squares (25 chains; at 16 warps
+//      each warp one lane half and a chain group, dots_by_lanes, with the half's 32-lane tree; at 8 warps
+//      every warp over all 64 lanes), the partials into shared memory; the next step's arguments stored;
+//      block barrier;
+//   X  the block's partials pushed into all 16 blocks (st.async; the two lane halves added there), the
+//      weights of s+1 requested, the helpers' loads for the next join issued;
 //   B  (no block barrier after X: every thread that splits a mix waits on the block's mbarrier for the
 //      16 blocks' partials itself and finishes the 16-block tree of the chains it needs) warps 0..:
 //      Sinkhorn (two rows a warp, a lane per comb entry) -> post/comb of s+1; the other warps: pre (a
@@ -551,7 +552,7 @@ __device__ __forceinline__ void prefetch_partials(const PartFetch& f, int groups
 #define CL_DOT_SPLIT_ROWS 1  // builds of at least this many rows take the split dot-product loops (16 warps)
 #endif
 #ifndef CL_DOT_LANES
-#define CL_DOT_LANES 2  // builds of 16 warps and at least this many rows take dots_by_lanes (9: none, the loops above)
+#define CL_DOT_LANES 1  // builds of 16 warps and at least this many rows take dots_by_lanes (9: none, the loops above)
 #endif
 #ifndef CL_LANES_UNROLL
 #define CL_LANES_UNROLL 4  // dots_by_lanes' loop over u unrolled by this much at four and eight rows
