@@ -617,6 +617,7 @@ __device__ __forceinline__ void dot_rows(const float* const (&wrow)[NCH], const 
 // halves added where the partials are pushed (dot_piece). H200, TP4 M=2/4/8 (docs/BENCHMARKS.md, eleventh session):
 // dot products 1.73 / 2.82 / 4.51 -> 1.28 / 1.98 / 3.68 us a step; with the tree one value at a time 1.95 / 3.23 /
 // 6.02, and a lane pair a thread with its two 16-lane row slots sharing each weight load 1.82 / 2.82 / 4.19.
+
 // The contract's adjacent-pair tree over a warp's 32 lanes for K values a thread at once (K a power of two,
 // at most 32): round r pairs lanes l and l ^ 2^r, each keeps half of its values (the upper half where bit r of
 // its lane is set) and adds its partner's of that half, so after log2 K rounds a thread holds one value,
@@ -957,14 +958,18 @@ __device__ void cluster_cycle(const CArgs& p) {
     // a chain group, the partials of each half into halves[0] / [1]); else each warp over the 64 lanes (two a
     // thread), warp w's chains over its rows (every row, or at eight rows (TILE) half of them: warps w and w + 8
     // share chain group w % 8), then the 64-lane tree into part (synchronization-only launches: zeros)
-    if constexpr (BY_LANES) {
-      if (work) {
-        if (wpending) {
-          mbar_wait(&wbar, wphase);
-          wphase ^= 1;
-        }
-        dots_by_lanes<Q, RPC, PS>(wsm, sv, nrows, nout, w, lane, halves);
+    // (either form: the early L2 prefetch where it is built, then the wait for this step's weights)
+    if (work) {
+#ifdef CL_PREFETCH_EARLY
+      if (pe_fn) prefetch_fn<Q>(pe_fn, pe_nout, b);
+#endif
+      if (wpending) {
+        mbar_wait(&wbar, wphase);
+        wphase ^= 1;
       }
+    }
+    if constexpr (BY_LANES) {
+      if (work) dots_by_lanes<Q, RPC, PS>(wsm, sv, nrows, nout, w, lane, halves);
     } else {
       const int wr = TILE ? w / CW : 0, wc = TILE ? w % CW : w;  // the warp's row block and chain group
       const int mrow0 = wr * RW, nrw = min(RW, nrows - mrow0);    // its rows: [mrow0, mrow0 + nrw)
@@ -974,13 +979,6 @@ __device__ void cluster_cycle(const CArgs& p) {
 #pragma unroll
         for (int i = 0; i < NC; i++) a0[mi][i] = a1[mi][i] = 0.0f;
       if (work) {
-#ifdef CL_PREFETCH_EARLY
-        if (pe_fn) prefetch_fn<Q>(pe_fn, pe_nout, b);
-#endif
-        if (wpending) {
-          mbar_wait(&wbar, wphase);
-          wphase ^= 1;
-        }
         const bool sq = wc == 0;
         const float* wrow[NC];
 #pragma unroll
