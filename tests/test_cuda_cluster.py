@@ -82,7 +82,7 @@ def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
     "CL_NO_JOIN", "CL_NO_FETCH", "CL_FOLD_NOLOAD", "CL_ISOLATE_SK=1", "CL_PREFETCH_EARLY CL_LOOKAHEAD=4",
     "CL_EVICT_FIRST=0 CL_PART_AHEAD=1", "CL_COUNTER_JOIN", "CL_LL_WORDS=4", "CL_JOIN_RELEASE",
     "CL_JOIN_RELEASE CL_COUNTER_JOIN", "CL_DOT_UNROLL=16", "CL_DOT_SPLIT_ROWS=4", "CL_LL_WORDS=24", "CL_LL_SPLIT=0",
-    "CL_LL_WORDS32=8", "CL_DOT_LANES=2", "CL_DOT_LANES=9"]] + [(d, 8) for d in [
+    "CL_LL_WORDS32=8", "CL_DOT_LANES=2", "CL_DOT_LANES=9", "CL_FETCH_AFTER_FOLD=1"]] + [(d, 8) for d in [
     "CL_DOT_LANES=9", "CL_DOT_LANES=9 CL_DOT_TILE=0", "CL_LANES_UNROLL=2"]])
 def test_every_tuning_and_timing_define_builds(defines, rpc, tmp_path, monkeypatch):
     """The defines tools/gpu_cluster.sh VARIANTS take: a tuning run on the GPU must not find a build error
@@ -202,3 +202,24 @@ def test_random_cycles_bit_exact_and_fma_caught_on_gpu():
     out = cluster_check.exactness(drv, 3, 20261201)
     assert out["elements_compared"] > 0 and out["mismatching_elements"] == 0, out["failures"]
     assert cluster_check.fma_caught(drv, 3) > 0
+
+
+@pytest.mark.parametrize("ranks", [1, 4])
+def test_the_sync_bench_builds_on_the_cycle_source_with_the_hosts_layout(ranks, monkeypatch, tmp_path):
+    """tools/sync_bench.py times the cycle's own synchronization functions: its kernel is the cycle's source
+    with the bench appended, and its argument struct must be the one the host packs (offsets and size, checked
+    by the compiler), without spills."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
+    import ctypes as C
+    import sys
+    from pathlib import Path
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, ptxas_report
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    from sync_bench import SArgs, bench_source
+    src, entry = bench_source(ranks)
+    assert src.startswith(source(4, 2, 512, ranks)[0])
+    layout = "".join(f"static_assert(__builtin_offsetof(SArgs, {f}) == {getattr(SArgs, f).offset}, \"{f}\");\n"
+                     for f, _ in SArgs._fields_) + f"static_assert(sizeof(SArgs) == {C.sizeof(SArgs)}, \"size\");\n"
+    r = ptxas_report(src + layout, "sm_90", EXACT_FLAGS, "sync_bench.cu")[entry]
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, r

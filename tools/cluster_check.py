@@ -10,8 +10,9 @@ watchdog, and where the time goes. Prints a short table last; JSON with --json.
 3. the watchdog: a cluster that never arrives at one join must end the launch with one line;
 4. where the time goes, dsv4-flash TP4 verify at each --profile-rows: the launch's time, per-step
    stamps of cluster 0 block 0 (phase by phase: stream values, dot products, the partials' exchange,
-   the mixes, Sinkhorn, join), the same grid doing only its synchronization, and the HBM time of each step's
-   weights at the copy bandwidth measured in the same run.
+   the mixes, Sinkhorn, join), every block's stamps (how far apart the blocks are, which rank publishes last,
+   the fold's latency after the last publish), the same grid doing only its synchronization (phase by
+   phase), and the HBM time of each step's weights at the copy bandwidth measured in the same run.
 
     python tools/cluster_check.py [--cases 12] [--seed 1] [--profile-rows 2 8] [--json out.json]
 """
@@ -141,11 +142,36 @@ def profile(drv, rows: int, tp: int, reps: int = 30) -> dict:
         for name, k0, k1 in (("(helpers: pre + y)", 4, 8), ("(helpers: join)", 8, 7), ("(helpers: publish / past join)", 7, 10),
                              ("(helpers: fold)", 10, 9)):
             per_phase[name] = float(np.median(d[body, k1] - d[body, k0])) / 1e3
+        # every block's stamps (one more traced launch): how far apart the 16 x ranks blocks are at each point of a
+        # step (max - min over blocks, median over steps), which rank publishes last, and the fold's latency once
+        # the last rank published the same columns (block b's fold done - the latest publish stamp of block b
+        # over the ranks: the join's own cost, without the wait for a late rank)
+        e = s.step_detail(every_block=True).astype(np.int64)[:-1][body]
+        nb = e.shape[1]
+        spread = {name: float(np.median(e[:, :, k].max(1) - e[:, :, k].min(1))) / 1e3
+                  for name, k in (("start", 0), ("dots done", 2), ("partials in", 3), ("Sinkhorn done", 5),
+                                  ("y stored", 8), ("rank barrier", 7), ("published", 10), ("fold done", 9),
+                                  ("end", 6))}
+        pub = e[:, :, 10].reshape(len(e), nb // 16, 16)
+        last = np.bincount(pub.max(2).argmax(1), minlength=nb // 16)
+        handoff = e[:, :, 9].reshape(len(e), nb // 16, 16) - pub.max(1)[:, None, :]
+        skew = {"spread_us": spread, "last_publisher_counts": last.tolist(),
+                "fold_after_last_publish_us": {"median": float(np.median(handoff)) / 1e3,
+                                               "p90": float(np.percentile(handoff, 90)) / 1e3,
+                                               "max of a step (median)": float(np.median(handoff.max((1, 2)))) / 1e3}}
+        # the same launch doing only its synchronization (no Sinkhorn warps: thread 0 is helper thread 0): where its
+        # ~4 us a step go (block barriers, the exchange, the rank's barrier, publishing, the fold's polls)
+        z = s.step_detail(mode=1).astype(np.int64)[:-1]
+        sync = {}
+        for name, k0, k1 in (("to exchange", 0, 2), ("exchange", 2, 3), ("rank barrier", 3, 7), ("publish", 7, 10),
+                             ("polls", 10, 9), ("to end", 9, 6)):
+            sync[name] = float(np.median(z[body, k1] - z[body, k0])) / 1e3
+        sync["to next step"] = float(np.median((np.append(z[1:, 0], z[-1, 6]) - z[:, 6])[body])) / 1e3
         hbm_us = [weight_bytes(cyc, st) / (gbps * 1e9) * 1e6 for st in plan]
         return {"M": rows, "tp": tp, "cycle_ms": cycle_ms, "steps": len(plan), "grid": s.describe_grid(),
                 "step_us_median": float(np.median(np.diff(d[:, 0])[body])) / 1e3,
                 "sync_only_us_per_step": sync_step_us, "hbm_us_per_step": float(np.median(hbm_us)),
-                "phases_us": per_phase, "copy_GBps": gbps}
+                "phases_us": per_phase, "sync_only_phases_us": sync, "blocks": skew, "copy_GBps": gbps}
 
 
 def main():
@@ -174,6 +200,13 @@ def main():
         ph = ", ".join(f"{k} {v:.2f}" for k, v in p["phases_us"].items())
         print(f"| TP{p['tp']} M={p['M']} | cycle {p['cycle_ms']:.3f} ms, {p['steps']} steps, step {p['step_us_median']:.2f} us "
               f"(sync only {p['sync_only_us_per_step']:.2f}, HBM {p['hbm_us_per_step']:.2f} at {p['copy_GBps']:.0f} GB/s); us: {ph}; {p['grid']} |")
+        so = ", ".join(f"{k} {v:.2f}" for k, v in p["sync_only_phases_us"].items())
+        print(f"| TP{p['tp']} M={p['M']} sync only | us: {so} |")
+        sk = p["blocks"]
+        sp = ", ".join(f"{k} {v:.2f}" for k, v in sk["spread_us"].items())
+        fa = ", ".join(f"{k} {v:.2f}" for k, v in sk["fold_after_last_publish_us"].items())
+        print(f"| TP{p['tp']} M={p['M']} every block | spread (us, max - min over blocks): {sp}; last publisher by rank "
+              f"{sk['last_publisher_counts']}; fold done after the last rank published (us): {fa} |")
     ok = e["mismatching_elements"] == 0 and res["fma_mismatches"] > 0 and res["watchdog"].startswith("fired")
     return 0 if ok else 1
 

@@ -181,7 +181,7 @@ class ClusterSession(PersistentSession):
         self._tables(table, q)
         n = len(self.plan) + 1
         self.detail_off = 256 + 8 * n
-        self.join_off = self.detail_off + 8 * self.DETAIL_SLOTS * n
+        self.join_off = self.detail_off + 8 * self.DETAIL_SLOTS * n * self.blocks  # (every block's stamps)
         ctl_bytes = self.join_off + 8 * len(self.plan)  # (unused), error, trace, detail, join counters
         self.ctl = self._alloc(ctl_bytes)
         cu.cuMemsetD8(self.ctl, 0, ctl_bytes)
@@ -285,6 +285,18 @@ class ClusterSession(PersistentSession):
         return (f"persistent-cluster cycle: after step {step} ({self._step_name(step)}) a cluster waited more than "
                 f"{self.watchdog_ms:g} ms for every rank's arrival ({self.blocks} blocks); the launch was ended by "
                 "the watchdog")
+
+    def step_detail(self, mode: int = 0, every_block: bool = False) -> np.ndarray:
+        """One traced launch: the stamps inside each step, [steps + 1][DETAIL_SLOTS] ns of cluster 0 block 0
+        (0 where not taken), or with every_block [steps + 1][blocks][DETAIL_SLOTS] (block = cluster x 16 + rank
+        in the cluster); stamp numbers are cluster_cycle.cu's CL_DETAIL."""
+        n = len(self.plan) + 1
+        nbytes = 8 * self.DETAIL_SLOTS * n * self.blocks
+        self.cu.cuMemsetD8(self.ctl + self.detail_off, 0, nbytes)
+        self.step_times(mode)
+        d = np.zeros((n, self.blocks, self.DETAIL_SLOTS), dtype=np.uint64)
+        self.cu.cuMemcpyDtoH(d.ctypes.data, self.ctl + self.detail_off, nbytes)
+        return d if every_block else d[:, 0]
 
     def barrier_ms(self, reps: int = 20) -> float:
         """Median launch time of the same grid doing only its synchronization (the partials' exchange

@@ -188,11 +188,12 @@ class PersistentSession(CudaSession):
     def run(self, graph=True):
         return [self.launch()] * self.cycle.ranks
 
-    def step_times(self) -> list[float]:
-        """One launch with %globaltimer stamps at each step start: ms per step (barrier wait included)."""
+    def step_times(self, mode: int = 0) -> list[float]:
+        """One launch with %globaltimer stamps at each step start: ms per step (barrier wait included);
+        mode 1: of the launch doing only its synchronization."""
         self.trace = True
         try:
-            self.launch()
+            self.launch(mode)
         finally:
             self.trace = False
         n = len(self.plan) + 1
@@ -203,13 +204,13 @@ class PersistentSession(CudaSession):
     #: stamps a step in the detail trace (the kernel's own layout)
     DETAIL_SLOTS = 8
 
-    def step_detail(self) -> np.ndarray:
+    def step_detail(self, mode: int = 0) -> np.ndarray:
         """One traced launch: block 0's stamps inside each step, [steps + 1][DETAIL_SLOTS] ns (0 where not
         taken); the persistent kernel's: 0 start, 1 first unit, 2 loads and post/comb, 3 stream values, 4 dot
         products, 5 partials, 6 items done."""
         n = len(self.plan) + 1
         self.cu.cuMemsetD8(self.ctl + self.detail_off, 0, 8 * self.DETAIL_SLOTS * n)
-        self.step_times()
+        self.step_times(mode)
         d = np.zeros((n, self.DETAIL_SLOTS), dtype=np.uint64)
         self.cu.cuMemcpyDtoH(d.ctypes.data, self.ctl + self.detail_off, d.nbytes)
         return d

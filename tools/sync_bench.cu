@@ -1,0 +1,126 @@
+// The cluster cycle's synchronization primitives timed alone (tools/sync_bench.py): appended to the cluster
+// cycle's own source (cluster_cycle.cu and what it builds on), so each mode runs the kernel's functions on the
+// kernel's grid (clusters of 16 blocks, one a rank). Every mode is a chain of `rounds` rounds; thread 0 of
+// each block stamps %globaltimer before the first and after the last.
+//   0 bar       a block barrier (__syncthreads)
+//   1 cluster   the rank's barrier as the cycle takes it (arrive.relaxed, wait.acquire)
+//   2 exchange  the partials' exchange: npieces 16-byte pieces from every block into each of the 16
+//               (st.async onto the receiver's mbarrier), the mix threads' wait, then a block barrier
+//   3 ll        the all-reduce's flag-and-data join (bf16 words): the helper warps (1..) publish their
+//               elements of the rank's partial and fold_ll waits for every rank's words; a block barrier
+//   4 rank+ll   the cycle's join: the rank's barrier, then 3
+//   5 skeleton  2 then 4: one step of the cycle without its work
+//   6 handoff   one word a rank: thread 0 of block 0 publishes it and waits for every rank's (the least a
+//               cross-rank join can cost)
+//   7 timer     %globaltimer reads back to back (cycles of clock64 a read: the cost of a stamp)
+struct SArgs {
+  int mode, rounds, npieces, rows;
+  u64* stamps;        // [blocks][2]: thread 0's start and end
+  u64* ll;            // [2 parities][ranks][stride] 32-bit words (bf16), zero before the launch
+  long long stride;   // words of one rank's region
+  int* err;
+  u64 timeout_ns;
+  long long* cycles;  // mode 7: clock64 cycles of `rounds` reads (block 0)
+};
+
+template <int Q, int NT, int R>
+__device__ void sync_bench(const SArgs& a) {
+  constexpr int NW = NT / 32, NE = (2 * Q * CL_LANES + (NW - 1) * 32 - 1) / ((NW - 1) * 32);
+  __shared__ u64 xbar[2];
+  __shared__ __align__(16) float recv[2][CL_SIZE][52];
+  __shared__ float xs[2][Q][CL_LANES];
+  const int t = threadIdx.x, w = t >> 5, lane = t & 31;
+  const int b = (int)cluster_ctarank(), r = blockIdx.x / CL_SIZE, L0 = b * CL_LANES;
+  if (t == 0) {
+    mbar_init(&xbar[0]);
+    mbar_init(&xbar[1]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  cluster_wait();
+  MhcArgs A;
+  A.D = Q * 1024;
+  A.ring.dir = 1;
+  const int nh = (NW - 1) * 32, ht = t - 32, n = a.rows * Q * CL_LANES;
+  unsigned fp[(NE + 7) / 8];
+  {
+    unsigned first[NE];
+#pragma unroll
+    for (int j = 0; j < NE; j++) first[j] = (unsigned)((ht + j * nh) % R);
+    pack_firsts<NE>(first, fp);
+  }
+  const int mode = a.mode;
+  long long c0 = 0, c1 = 0;
+  u64 tm = 0;
+  if (t == 0) a.stamps[2 * blockIdx.x] = globaltimer();
+  if (mode == 7) {
+    if (t == 0 && blockIdx.x == 0) {
+      c0 = clock64();
+      for (int k = 0; k < a.rounds; k++) {
+        u64 v;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v) :: "memory");
+        tm += v;
+      }
+      c1 = clock64();
+      a.cycles[0] = c1 - c0;
+      a.cycles[1] = (long long)tm;
+    }
+  } else if (mode == 6) {
+    if (t == 0 && b == 0) {
+      for (int k = 0; k < a.rounds && !*(volatile int*)a.err; k++) {
+        unsigned* ll = reinterpret_cast<unsigned*>(a.ll) + (size_t)(k & 1) * R * a.stride;
+        const unsigned seq = 1u + (unsigned)k;
+        st_relaxed(ll + r * a.stride, Word<true>::make(seq, 0u));
+        const u64 t0 = globaltimer();
+        for (int rr = 0; rr < R; rr++)
+          for (unsigned m = 0; !Word<true>::current(ld_relaxed(ll + rr * a.stride), seq); m++)
+            if ((m & 15) == 15 && watchdog_stop(a.err, t0, a.timeout_ns, k)) break;
+      }
+    }
+  } else {
+    for (int k = 0; k < a.rounds; k++) {
+      const int buf = k & 1;
+      if (mode == 0) {
+        __syncthreads();
+        continue;
+      }
+      if (mode == 1) {
+        cluster_arrive_relaxed();
+        cluster_wait_any();
+        continue;
+      }
+      if (mode == 2 || mode == 5) {
+        if (t == 0) mbar_expect(&xbar[buf], CL_SIZE * a.npieces * 16);
+        __syncthreads();  // (the cycle's expect is at the step's start, a block barrier before the pushes)
+        for (int d = w; d < CL_SIZE; d += NW) {
+          const unsigned rb = dsmem_addr(&xbar[buf], d), ra = dsmem_addr(&recv[buf][b][0], d);
+          for (int j = lane; j < a.npieces; j += 32) push_dsmem(ra + 16 * j, make_float4(0.f, 0.f, 0.f, (float)k), rb);
+        }
+        if (t < 8) mbar_wait_cluster(&xbar[buf], (k >> 1) & 1, a.err, a.timeout_ns, k);
+        if (mode == 2) {
+          __syncthreads();
+          continue;
+        }
+      }
+      // 3, 4, 5: the join as the cycle's helpers take it (warp 0 stands for the Sinkhorn warp)
+      if (mode != 3) cluster_arrive_relaxed();
+      if (w >= 1) {
+        if (mode != 3) cluster_wait_any();
+        const unsigned seq = 1u + (unsigned)k;
+        unsigned* ll = reinterpret_cast<unsigned*>(a.ll) + (size_t)buf * R * a.stride;
+#pragma unroll
+        for (int j = 0; j < NE; j++)
+          if (ht + j * nh < n) st_relaxed(ll + r * a.stride + elem_of<Q>(ht + j * nh, L0, 0, A.D), Word<true>::make(seq, 0u));
+        fold_ll<Q, true, R, NE>(A, ll, a.stride, seq, fp, nullptr, 0, n, L0, xs, ht, nh, false, a.err, a.timeout_ns, k);
+      } else if (mode != 3) {
+        cluster_wait_any();
+      }
+      __syncthreads();
+    }
+  }
+  if (t == 0) a.stamps[2 * blockIdx.x + 1] = globaltimer();
+  // no block leaves while another may still push into its shared memory
+  cluster_arrive();
+  cluster_wait();
+}
