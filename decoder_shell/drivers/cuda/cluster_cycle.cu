@@ -53,7 +53,7 @@ struct CArgs {
   int* err;         // 0, or 1 + the step whose join timed out
   u64 timeout_ns;
   u64* trace;       // null, or [nsteps + 1] stamps (cluster 0, block 0, at each step start)
-  u64* detail;      // null, or [nsteps + 1][CL_DETAIL] stamps inside each step (same block)
+  u64* detail;      // null, or [nsteps + 1][blocks][CL_DETAIL] stamps inside each step (every block)
   u64 tag;          // this launch's number: 1, 2, ...
   int rank0, nlocal;  // the ranks this grid computes
   int groups;       // row groups per rank: clusters = nlocal x groups
@@ -508,6 +508,14 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const typename Word<BF
   }
 }
 
+#ifndef CL_FETCH_AFTER_FOLD
+#define CL_FETCH_AFTER_FOLD 0  // tuning: the next step's weights requested after the helpers' fold, not after the dots
+#endif
+// Why: the copy of a block's weights (96 KiB a block a step at D = 4096) shares the SM's path to L2 with the
+// fold's loads of the join words; requested after the dot products it lands during B, and the fold after the
+// last rank published took ~2 us where the same grid without work took ~0.6 (tools/cluster_check.py, every
+// block's stamps). After the fold it lands during the rest of the Sinkhorn and the next stream values.
+
 #ifndef CL_PART_AHEAD
 #define CL_PART_AHEAD 2  // steps ahead whose partial sums the copy engine prefetches into L2 (>= 1)
 #endif
@@ -947,8 +955,9 @@ __device__ void cluster_cycle(const CArgs& p) {
     const int npieces = (nrows * CL_CHAINS + 3) / 4;
     if (t == 0) mbar_expect(&xbar[buf], CL_SIZE * npieces * 16);
     if (stamper && p.trace) p.trace[s] = globaltimer();
-    u64* ds = stamper && p.detail ? p.detail + (size_t)s * CL_DETAIL : nullptr;
-    u64* dh = cid == 0 && b == 0 && p.detail ? p.detail + (size_t)s * CL_DETAIL : nullptr;  // (helper thread 0)
+    // every block's stamps (its thread 0, and its helper thread 0): [step][block][CL_DETAIL]
+    u64* dh = p.detail ? p.detail + ((size_t)s * gridDim.x + blockIdx.x) * CL_DETAIL : nullptr;  // (helper thread 0)
+    u64* ds = t == 0 ? dh : nullptr;
     dstamp(ds, 0);
     // C: stream values of this step for the block's columns
     if (work) stream_values<Q>(A, op, carried, row0, nrows, L0, xs, sv, pc, t, NT);
@@ -1090,8 +1099,11 @@ __device__ void cluster_cycle(const CArgs& p) {
     // would wait for the whole copy)
 #ifndef CL_NO_FETCH  // timing ablation: the first step's weights stay (inexact)
     wpending = work && s + 1 < p.nsteps;
-    if (wpending && t == 0) fetch_weights<Q>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, &wbar);
+    // (CL_FETCH_AFTER_FOLD, where the join is the words: the copy is requested once the helpers' fold is done)
+    const bool late_fetch = CL_FETCH_AFTER_FOLD && ll && wpending;
+    if (wpending && !late_fetch && t == 0) fetch_weights<Q>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, &wbar);
 #else
+    const bool late_fetch = false;
     wpending = false;
 #endif
     // B: Sinkhorn warps (two rows each) and helper warps (y, join, the next all-reduce); each thread that
@@ -1187,6 +1199,10 @@ __device__ void cluster_cycle(const CArgs& p) {
           fold_ll<Q, false, R, NE>(A1, ll64, p.ll_stride, seq, firstv, ordg, nrow0, n1, L0, xs, ht, nh, work, p.err,
                                    p.timeout_ns, s);
         if (ht == 0) dstamp(dh, 9);
+        if (late_fetch) {  // every helper's fold is done: the next step's weights requested now (see CL_FETCH_AFTER_FOLD)
+          bar_named(2, nh);
+          if (ht == 0) fetch_weights<Q>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, &wbar);
+        }
       } else {
         bar_named(1, nh);  // every y of this block is stored before its arrival
 #ifdef CL_NO_JOIN  // timing ablation: clusters never wait for each other (the all-reduces lose their join)
