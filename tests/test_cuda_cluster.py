@@ -82,8 +82,9 @@ def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
     "CL_NO_JOIN", "CL_NO_FETCH", "CL_FOLD_NOLOAD", "CL_ISOLATE_SK=1", "CL_PREFETCH_EARLY CL_LOOKAHEAD=4",
     "CL_EVICT_FIRST=0 CL_PART_AHEAD=1", "CL_COUNTER_JOIN", "CL_LL_WORDS=4", "CL_JOIN_RELEASE",
     "CL_JOIN_RELEASE CL_COUNTER_JOIN", "CL_DOT_UNROLL=16", "CL_DOT_SPLIT_ROWS=4", "CL_LL_WORDS=24", "CL_LL_SPLIT=0",
-    "CL_LL_WORDS32=8", "CL_DOT_LANES=2", "CL_DOT_LANES=9", "CL_FETCH_AFTER_FOLD=1"]] + [(d, 8) for d in [
-    "CL_DOT_LANES=9", "CL_DOT_LANES=9 CL_DOT_TILE=0", "CL_LANES_UNROLL=2"]])
+    "CL_LL_WORDS32=8", "CL_DOT_LANES=2", "CL_DOT_LANES=9", "CL_FETCH_AFTER_FOLD=1", "CL_LEADER_POLL=1"]] + [
+    (d, r) for d in ["CL_WBUF2=1", "CL_WBUF2=1 CL_WBUF2_RPC=1"] for r in (1, 2)] + [(d, 8) for d in [
+    "CL_DOT_LANES=9", "CL_DOT_LANES=9 CL_DOT_TILE=0", "CL_LANES_UNROLL=2", "CL_WBUF2=1"]])
 def test_every_tuning_and_timing_define_builds(defines, rpc, tmp_path, monkeypatch):
     """The defines tools/gpu_cluster.sh VARIANTS take: a tuning run on the GPU must not find a build error
     (the dot products' defines at eight rows too, where their loops differ)."""
@@ -223,3 +224,26 @@ def test_the_sync_bench_builds_on_the_cycle_source_with_the_hosts_layout(ranks, 
                      for f, _ in SArgs._fields_) + f"static_assert(sizeof(SArgs) == {C.sizeof(SArgs)}, \"size\");\n"
     r = ptxas_report(src + layout, "sm_90", EXACT_FLAGS, "sync_bench.cu")[entry]
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, r
+
+
+@pytest.mark.parametrize("defines", ["", "CL_WBUF2=1", "CL_WBUF2=1 CL_WBUF2_RPC=4"])
+def test_every_build_fits_an_sms_shared_memory_with_one_or_two_weight_buffers(defines, monkeypatch, tmp_path):
+    """Two steps' weights (CL_WBUF2) double a block's largest piece of shared memory: the host gives a build
+    the second buffer only where its static shared memory leaves room (at most CL_WBUF2_RPC rows, 2), and every
+    build's static (ptxas) plus dynamic (dyn_smem_bytes, the launch's) shared memory must fit the 227 KiB a
+    block may hold on sm_90. CL_WBUF2_RPC=4 asks for a build that does not fit (by 384 bytes): found here."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
+    from decoder_shell.drivers.cuda.cluster_cycle import dyn_smem_bytes, weight_buffers
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, ptxas_report
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
+    for rpc in RPC_BUILDS:
+        two = "CL_WBUF2=1" in defines and rpc <= (4 if "RPC=4" in defines else 2)
+        assert weight_buffers(rpc) == (2 if two else 1)
+        weights = 24 * 16 * 64 * 4  # one step's [24][4Q][64] fp32
+        partials = 2 * 16 * 4 * -(-(rpc if two else 8) * 25 // 4) * 4  # recv: its rows' 16-byte pieces, two steps
+        assert dyn_smem_bytes(4, rpc) == (2 if two else 1) * weights + partials
+        src, entry = source(4, rpc)
+        static = ptxas_report(src, "sm_90", EXACT_FLAGS, "cluster_cycle.cu")[entry]["smem"]
+        fits = static + dyn_smem_bytes(4, rpc) <= 227 * 1024
+        assert fits == (rpc != 4 or "RPC=4" not in defines), (rpc, static, dyn_smem_bytes(4, rpc))

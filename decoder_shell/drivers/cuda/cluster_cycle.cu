@@ -445,6 +445,9 @@ __device__ __forceinline__ void fold_ll_one(const MhcArgs& a, const typename Wor
   const Slot sl = slot_of<Q>(i, L0);
   xs[sl.mi][sl.q][sl.l] = x;
 }
+#ifndef CL_LEADER_POLL
+#define CL_LEADER_POLL 0  // tuning: in fold_ll, lane 0 of a warp polls one element's words before every lane loads its own
+#endif
 // The fold of the next all-reduce over flag-and-data words, for the thread's elements below n: i = it + j*nt,
 // j < NE with their first ranks in registers (first_of(fp, j), from the host table), B at a time with every
 // rank's word of each loaded at once; elements past NE (none for the built shapes) one at a time with their
@@ -457,6 +460,22 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const typename Word<BF
   constexpr int B = ll_batch<BF, R, NE>();
   const int dir = a.ring.dir;
   bool ok = true;
+#if CL_LEADER_POLL
+  // (tuning) lane 0 alone waits until its first element's words are current, then every lane loads its own:
+  // a warp's words of one element were stored by one warp-wide store of each rank, so they come together
+  {
+    if ((it & 31) == 0 && it < n) {
+      const int e0 = (int)elem_of<Q>(it, L0, row0, a.D);
+      int rr = first_of(fp, 0);
+      const u64 t0 = globaltimer();
+#pragma unroll
+      for (int t = 0; t < R; t++, rr = next_rank<R>(rr, dir))
+        for (unsigned m = 0; ok && !Word<BF>::current(ld_relaxed(ll + rr * stride + e0), seq); m++)
+          if ((m & 15) == 15 && watchdog_stop(err, t0, timeout_ns, step)) ok = false;
+    }
+    __syncwarp();
+  }
+#endif
 #pragma unroll
   for (int j0 = 0; j0 < NE; j0 += B) {
     if (it + j0 * nt >= n) break;
@@ -821,11 +840,22 @@ __device__ __forceinline__ float exchange_sum(const float (*rb)[PS], int idx) {
 // A row's factor of every mix from its sum of squares: 1 / sqrt(ss / N + eps) (mix = dot * it).
 __device__ __forceinline__ float mix_scale(float ss, float N, float eps) { return DIV(1.0f, SQRT(ADD(DIV(ss, N), eps))); }
 
-// Bytes of dynamic shared memory the kernel addresses: wsm ([24][HC * Q][64] floats), then recv ([2][16][PS]).
+#ifndef CL_WBUF2
+#define CL_WBUF2 0  // tuning: builds of at most CL_WBUF2_RPC rows keep two steps' weights (the next one requested at the
+#endif              // step's start, landing during its stream values and dot products instead of during B)
+#ifndef CL_WBUF2_RPC
+#define CL_WBUF2_RPC 2  // (with more rows the static shared memory leaves no room for a second 96 KiB)
+#endif
+// Weight buffers of a build: two (CL_WBUF2) or one.
+template <int RPC>
+__host__ __device__ constexpr int cl_wbufs() { return CL_WBUF2 && RPC <= CL_WBUF2_RPC ? 2 : 1; }
+// Bytes of dynamic shared memory the kernel addresses: wsm ([bufs][24][HC * Q][64] floats), then recv ([2][16][PS]).
 template <int Q, int RPC>
 __host__ __device__ constexpr int cl_partials_floats() { return (RPC * CL_CHAINS + 3) / 4 * 4; }
 template <int Q, int RPC>
-__host__ __device__ constexpr int cl_dyn_smem() { return 4 * (24 * HC * Q * CL_LANES + 2 * CL_SIZE * cl_partials_floats<Q, RPC>()); }
+__host__ __device__ constexpr int cl_dyn_smem() {
+  return 4 * (cl_wbufs<RPC>() * 24 * HC * Q * CL_LANES + 2 * CL_SIZE * cl_partials_floats<Q, RPC>());
+}
 
 template <int Q, int RPC, int NT, int R>
 __device__ void cluster_cycle(const CArgs& p) {
@@ -853,12 +883,13 @@ __device__ void cluster_cycle(const CArgs& p) {
   __shared__ MhcArgs args_s[2];                 // step s's arguments for this rank at [s & 1]
   __shared__ int hdr_s[2][10];                  // step s's header (PStep's first ten ints) at [s & 1]
   __shared__ long long ordoff_s[2];             // where step s's first ranks start in the order table, at [s & 1]
-  __shared__ u64 wbar;                          // the block's weights of the step have landed
+  __shared__ u64 wbar[2];                       // the block's weights of a step have landed (buffer k: wbar[k])
   __shared__ unsigned char ord_s[RPC * Q * CL_LANES];  // first ranks of the next fold (load_order)
   extern __shared__ __align__(128) float wsm[];  // [24][HC * Q][64]: this block's weights of the step, then recv
   // every block's partials of step s at [s & 1][block][row * 25 + chain], pushed by each block into all 16
   // (st.async), complete on xbar[s & 1]
-  float (*const recv)[CL_SIZE][PS] = reinterpret_cast<float (*)[CL_SIZE][PS]>(wsm + 24 * HC * Q * CL_LANES);
+  constexpr int NWB = cl_wbufs<RPC>(), WSZ = 24 * HC * Q * CL_LANES;  // weight buffers, floats of one
+  float (*const recv)[CL_SIZE][PS] = reinterpret_cast<float (*)[CL_SIZE][PS]>(wsm + NWB * WSZ);
   const int t = threadIdx.x, w = t >> 5, lane = t & 31;
   const int b = (int)cluster_ctarank(), cid = blockIdx.x / CL_SIZE;
   const int r = p.rank0 + cid / p.groups, g = cid % p.groups;
@@ -867,10 +898,12 @@ __device__ void cluster_cycle(const CArgs& p) {
   const bool stamper = cid == 0 && b == 0 && t == 0;
   const bool skipper = cid == (int)gridDim.x / CL_SIZE - 1;
   const u64 target = p.tag * (u64)gridDim.x;
-  unsigned wphase = 0;
+  unsigned wphase = 0;  // bit k: the parity of buffer k's next wait
   bool wpending = false;
+  int nout_next = 0;    // (NWB 2, thread 0) outputs of the step whose weights the next step's start requests
   if (t == 0) {
-    mbar_init(&wbar);
+    mbar_init(&wbar[0]);
+    mbar_init(&wbar[1]);
     mbar_init(&xbar[0]);
     mbar_init(&xbar[1]);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -892,7 +925,8 @@ __device__ void cluster_cycle(const CArgs& p) {
     int row0, nrows;
     rows_of(st.rows, p.groups, g, row0, nrows);
     if (work) {
-      if (t == 0) fetch_weights<Q>(p, 0, st.nout, r, L0, wsm, &wbar);
+      if (t == 0) fetch_weights<Q>(p, 0, st.nout, r, L0, wsm, &wbar[0]);
+      if (NWB == 2 && t == 0 && p.nsteps > 1) nout_next = p.steps[1].nout;
       wpending = true;
       if (t == 0)
         for (int k = 1; k < CL_LOOKAHEAD && k < p.nsteps; k++) prefetch_l2<Q>(p.steps[k], r, b);
@@ -959,6 +993,13 @@ __device__ void cluster_cycle(const CArgs& p) {
     u64* dh = p.detail ? p.detail + ((size_t)s * gridDim.x + blockIdx.x) * CL_DETAIL : nullptr;  // (helper thread 0)
     u64* ds = t == 0 ? dh : nullptr;
     dstamp(ds, 0);
+    // two weight buffers: the next step's weights requested now into the other one (its last reader, the dot
+    // products of step s - 1, finished before that step's block barrier after A); nout_next came from the step
+    // table a step ago, and the one after it is loaded now
+    if (NWB == 2 && work && t == 0 && s + 1 < p.nsteps) {
+      fetch_weights<Q>(p, s + 1, nout_next, r, L0, wsm + ((s + 1) & 1) * WSZ, &wbar[(s + 1) & 1]);
+      nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;
+    }
     // C: stream values of this step for the block's columns
     if (work) stream_values<Q>(A, op, carried, row0, nrows, L0, xs, sv, pc, t, NT);
     __syncthreads();
@@ -973,12 +1014,14 @@ __device__ void cluster_cycle(const CArgs& p) {
       if (pe_fn) prefetch_fn<Q>(pe_fn, pe_nout, b);
 #endif
       if (wpending) {
-        mbar_wait(&wbar, wphase);
-        wphase ^= 1;
+        const int k = NWB == 2 ? s & 1 : 0;
+        mbar_wait(&wbar[k], (wphase >> k) & 1);
+        wphase ^= 1u << k;
       }
     }
+    const float* const wcur = wsm + (NWB == 2 ? (s & 1) * WSZ : 0);  // this step's weights
     if constexpr (BY_LANES) {
-      if (work) dots_by_lanes<Q, RPC, PS>(wsm, sv, nrows, nout, w, lane, halves);
+      if (work) dots_by_lanes<Q, RPC, PS>(wcur, sv, nrows, nout, w, lane, halves);
     } else {
       const int wr = TILE ? w / CW : 0, wc = TILE ? w % CW : w;  // the warp's row block and chain group
       const int mrow0 = wr * RW, nrw = min(RW, nrows - mrow0);    // its rows: [mrow0, mrow0 + nrw)
@@ -993,7 +1036,7 @@ __device__ void cluster_cycle(const CArgs& p) {
 #pragma unroll
         for (int i = 0; i < NC; i++) {
           const int c = wc + CW * i;
-          wrow[i] = &wsm[(size_t)(c >= 1 && c <= nout ? c - 1 : 0) * HC * Q * CL_LANES + 2 * lane];
+          wrow[i] = &wcur[(size_t)(c >= 1 && c <= nout ? c - 1 : 0) * HC * Q * CL_LANES + 2 * lane];
         }
         const float (*svw)[HC * Q][CL_LANES] = sv + mrow0;
         constexpr int U = CL_DOT_UNROLL;
@@ -1099,9 +1142,10 @@ __device__ void cluster_cycle(const CArgs& p) {
     // would wait for the whole copy)
 #ifndef CL_NO_FETCH  // timing ablation: the first step's weights stay (inexact)
     wpending = work && s + 1 < p.nsteps;
-    // (CL_FETCH_AFTER_FOLD, where the join is the words: the copy is requested once the helpers' fold is done)
-    const bool late_fetch = CL_FETCH_AFTER_FOLD && ll && wpending;
-    if (wpending && !late_fetch && t == 0) fetch_weights<Q>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, &wbar);
+    // (CL_FETCH_AFTER_FOLD, where the join is the words: the copy is requested once the helpers' fold is done;
+    // two buffers: it was requested at this step's start)
+    const bool late_fetch = CL_FETCH_AFTER_FOLD && NWB == 1 && ll && wpending;
+    if (NWB == 1 && wpending && !late_fetch && t == 0) fetch_weights<Q>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, &wbar[0]);
 #else
     const bool late_fetch = false;
     wpending = false;
@@ -1201,7 +1245,7 @@ __device__ void cluster_cycle(const CArgs& p) {
         if (ht == 0) dstamp(dh, 9);
         if (late_fetch) {  // every helper's fold is done: the next step's weights requested now (see CL_FETCH_AFTER_FOLD)
           bar_named(2, nh);
-          if (ht == 0) fetch_weights<Q>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, &wbar);
+          if (ht == 0) fetch_weights<Q>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, &wbar[0]);
         }
       } else {
         bar_named(1, nh);  // every y of this block is stored before its arrival

@@ -53,12 +53,22 @@ class CArgs(C.Structure):
                 ("ll_stride", C.c_longlong), ("ll_seq0", C.c_uint), ("pad3_", C.c_int)]
 
 
-def dyn_smem_bytes(q: int) -> int:
+def weight_buffers(rpc: int) -> int:
+    """Steps' weights a block keeps in shared memory: two where the tuning define CL_WBUF2 is given and the
+    build has at most CL_WBUF2_RPC (2) rows (cluster_cycle.cu's cl_wbufs), else one."""
+    d = dict((x.split("=", 1) + ["1"])[:2] for x in os.environ.get("DECODER_SHELL_CUDA_DEFINES", "").split())
+    return 2 if int(d.get("CL_WBUF2", "0") or 0) and rpc <= int(d.get("CL_WBUF2_RPC", "2")) else 1
+
+
+def dyn_smem_bytes(q: int, rpc: int = max(RPC_BUILDS)) -> int:
     """The launch's dynamic shared memory a block: its weights of one step (wsm: 24 outputs x 4q rows x 64
     lanes), then every block's partials of two steps (recv: 2 x 16 blocks x rows x 25 chains, padded to
-    16-byte pieces), sized for the largest build so that one occupancy probe serves every build. The
-    kernel asserts at build time that this holds what it addresses."""
-    return 4 * (24 * 4 * q * (1024 // CL_SIZE) + 2 * CL_SIZE * (-(-max(RPC_BUILDS) * 25 // 4) * 4))
+    16-byte pieces) sized for the largest build; where weight_buffers says two, two steps' weights and recv
+    sized for the build's own rows (every byte is needed: 227 KiB a block in all). The kernel asserts at build
+    time that this holds what it addresses."""
+    wb = weight_buffers(rpc)
+    rows = rpc if wb == 2 else max(RPC_BUILDS)
+    return 4 * (wb * 24 * 4 * q * (1024 // CL_SIZE) + 2 * CL_SIZE * (-(-rows * 25 // 4) * 4))
 
 
 def source(q: int, rpc: int, threads: int = THREADS, ranks: int = 4) -> tuple[str, str]:
@@ -66,7 +76,7 @@ def source(q: int, rpc: int, threads: int = THREADS, ranks: int = 4) -> tuple[st
     ranks (the all-reduce fold is unrolled over exactly the ranks it reads: its loads are issued
     together, and no code is spent on the ranks a cycle does not have)."""
     entry = f"cluster_q{q}_r{rpc}_t{threads}_n{ranks}"
-    wrapper = (f'static_assert(cl_dyn_smem<{q}, {rpc}>() <= {dyn_smem_bytes(q)}, "dynamic shared memory");\n'
+    wrapper = (f'static_assert(cl_dyn_smem<{q}, {rpc}>() <= {dyn_smem_bytes(q, rpc)}, "dynamic shared memory");\n'
                f'extern "C" __global__ void __launch_bounds__({threads}, 1) {entry}(const CArgs p) '
                f'{{ cluster_cycle<{q}, {rpc}, {threads}, {ranks}>(p); }}\n')
     # the Sinkhorn loop unrolled, the largest build's fold over more than 4 ranks spills at 512 threads
@@ -173,6 +183,7 @@ class ClusterSession(PersistentSession):
             raise UsageError(f"persistent-cluster cycle: {max(rows)} rows over {groups} clusters a rank is "
                              f"{per} rows a cluster; the kernel holds at most {max(RPC_BUILDS)}")
         self.groups, self.rpc, self.most = groups, rpc, most
+        self.dyn_smem = dyn_smem_bytes(q, rpc)  # (the probe's, unless this build keeps two steps' weights)
         self.func = probe if rpc == max(RPC_BUILDS) else self._function(q, rpc, fma)
         self.blocks = cycle.ranks * groups * CL_SIZE
         table = S.encode(cycle, self.plan, self.addr, lambda r, i: 0)
