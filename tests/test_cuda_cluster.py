@@ -54,18 +54,21 @@ def test_the_fold_builds_for_every_rank_count(ranks, tmp_path, monkeypatch):
     assert rep["spill_stores"] == 0 and rep["spill_loads"] == 0 and rep["stack"] == 0, rep
 
 
-def test_the_kernel_refuses_to_build_with_less_dynamic_shared_memory_than_it_addresses(tmp_path, monkeypatch):
+@pytest.mark.parametrize("rpc", [2, 8])
+def test_the_kernel_refuses_to_build_with_less_dynamic_shared_memory_than_it_addresses(rpc, tmp_path, monkeypatch):
     """The launch's dynamic shared memory (dyn_smem_bytes) is checked against what the kernel addresses
-    (weights, then every block's partials) at build time: one byte less does not build."""
+    (weights, then every block's partials) at build time: one byte less does not build (two rows: two steps'
+    weights and partials sized for the build; eight rows: one step's)."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
-    from decoder_shell.drivers.cuda.cluster_cycle import RPC_BUILDS, dyn_smem_bytes
+    from decoder_shell.drivers.cuda.cluster_cycle import dyn_smem_bytes
     from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
     from decoder_shell.errors import BuildError
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
-    src, entry = source(4, max(RPC_BUILDS))
-    assert f"<= {dyn_smem_bytes(4)}," in src
+    src, entry = source(4, rpc)
+    n = dyn_smem_bytes(4, rpc)
+    assert f"<= {n}," in src
     assert entry.encode() in compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
-    short = src.replace(f"<= {dyn_smem_bytes(4)},", f"<= {dyn_smem_bytes(4) - 1},")
+    short = src.replace(f"<= {n},", f"<= {n - 1},")
     with pytest.raises(BuildError, match="dynamic shared memory"):
         compile_cubin(short, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
 
@@ -83,8 +86,8 @@ def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
     "CL_EVICT_FIRST=0 CL_PART_AHEAD=1", "CL_COUNTER_JOIN", "CL_LL_WORDS=4", "CL_JOIN_RELEASE",
     "CL_JOIN_RELEASE CL_COUNTER_JOIN", "CL_DOT_UNROLL=16", "CL_DOT_SPLIT_ROWS=4", "CL_LL_WORDS=24", "CL_LL_SPLIT=0",
     "CL_LL_WORDS32=8", "CL_DOT_LANES=2", "CL_DOT_LANES=9", "CL_FETCH_AFTER_FOLD=1", "CL_LEADER_POLL=1"]] + [
-    (d, r) for d in ["CL_WBUF2=1", "CL_WBUF2=1 CL_WBUF2_RPC=1"] for r in (1, 2)] + [(d, 8) for d in [
-    "CL_DOT_LANES=9", "CL_DOT_LANES=9 CL_DOT_TILE=0", "CL_LANES_UNROLL=2", "CL_WBUF2=1"]])
+    (d, r) for d in ["CL_WBUF2=0", "CL_WBUF2=1 CL_WBUF2_RPC=1", "CL_WBUF2=0 CL_FETCH_AFTER_FOLD=1"] for r in (1, 2)] + [(d, 8) for d in [
+    "CL_DOT_LANES=9", "CL_DOT_LANES=9 CL_DOT_TILE=0", "CL_LANES_UNROLL=2", "CL_WBUF2=0"]])
 def test_every_tuning_and_timing_define_builds(defines, rpc, tmp_path, monkeypatch):
     """The defines tools/gpu_cluster.sh VARIANTS take: a tuning run on the GPU must not find a build error
     (the dot products' defines at eight rows too, where their loops differ)."""
@@ -226,9 +229,9 @@ def test_the_sync_bench_builds_on_the_cycle_source_with_the_hosts_layout(ranks, 
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, r
 
 
-@pytest.mark.parametrize("defines", ["", "CL_WBUF2=1", "CL_WBUF2=1 CL_WBUF2_RPC=4"])
+@pytest.mark.parametrize("defines", ["", "CL_WBUF2=0", "CL_WBUF2=1 CL_WBUF2_RPC=4"])
 def test_every_build_fits_an_sms_shared_memory_with_one_or_two_weight_buffers(defines, monkeypatch, tmp_path):
-    """Two steps' weights (CL_WBUF2) double a block's largest piece of shared memory: the host gives a build
+    """Two steps' weights (CL_WBUF2, the default) double a block's largest piece of shared memory: the host gives a build
     the second buffer only where its static shared memory leaves room (at most CL_WBUF2_RPC rows, 2), and every
     build's static (ptxas) plus dynamic (dyn_smem_bytes, the launch's) shared memory must fit the 227 KiB a
     block may hold on sm_90. CL_WBUF2_RPC=4 asks for a build that does not fit (by 384 bytes): found here."""
@@ -238,12 +241,13 @@ def test_every_build_fits_an_sms_shared_memory_with_one_or_two_weight_buffers(de
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
     monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
     for rpc in RPC_BUILDS:
-        two = "CL_WBUF2=1" in defines and rpc <= (4 if "RPC=4" in defines else 2)
+        two = "CL_WBUF2=0" not in defines and rpc <= (4 if "RPC=4" in defines else 2)
         assert weight_buffers(rpc) == (2 if two else 1)
         weights = 24 * 16 * 64 * 4  # one step's [24][4Q][64] fp32
         partials = 2 * 16 * 4 * -(-(rpc if two else 8) * 25 // 4) * 4  # recv: its rows' 16-byte pieces, two steps
         assert dyn_smem_bytes(4, rpc) == (2 if two else 1) * weights + partials
         src, entry = source(4, rpc)
-        static = ptxas_report(src, "sm_90", EXACT_FLAGS, "cluster_cycle.cu")[entry]["smem"]
+        flags = (*EXACT_FLAGS, *(f"-D{d}" for d in defines.split()))  # (the compiler sees what the host reads)
+        static = ptxas_report(src, "sm_90", flags, "cluster_cycle.cu")[entry]["smem"]
         fits = static + dyn_smem_bytes(4, rpc) <= 227 * 1024
         assert fits == (rpc != 4 or "RPC=4" not in defines), (rpc, static, dyn_smem_bytes(4, rpc))

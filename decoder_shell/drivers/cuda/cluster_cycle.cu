@@ -841,8 +841,16 @@ __device__ __forceinline__ float exchange_sum(const float (*rb)[PS], int idx) {
 __device__ __forceinline__ float mix_scale(float ss, float N, float eps) { return DIV(1.0f, SQRT(ADD(DIV(ss, N), eps))); }
 
 #ifndef CL_WBUF2
-#define CL_WBUF2 0  // tuning: builds of at most CL_WBUF2_RPC rows keep two steps' weights (the next one requested at the
-#endif              // step's start, landing during its stream values and dot products instead of during B)
+#define CL_WBUF2 1  // builds of at most CL_WBUF2_RPC rows keep two steps' weights (0: one, the next step's requested
+#endif              // after the dot products)
+// Why two: one buffer frees only after the dot products, so the next step's copy (96 KiB a block at D = 4096)
+// lands during B, where it shares the SM's path to L2 with the fold's loads of the join words: the fold took
+// ~2 us after the last rank published against ~0.6 in the same grid without work (tools/cluster_check.py,
+// every block's stamps). With two, the next step's copy is requested at the step's start (its buffer's last
+// reader was the step before's dot products) and lands during the stream values and the dot products: H200,
+// TP4 M=1/2 0.530 / 0.605 -> 0.499 / 0.546 ms in one call, the fold after the last publish 2.05 -> 1.54 us
+// (docs/BENCHMARKS.md, twelfth session). Requesting the copy after the fold instead (CL_FETCH_AFTER_FOLD) made
+// the dot products wait for it (M=2 0.648).
 #ifndef CL_WBUF2_RPC
 #define CL_WBUF2_RPC 2  // (with more rows the static shared memory leaves no room for a second 96 KiB)
 #endif
