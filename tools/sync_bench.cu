@@ -31,14 +31,10 @@ __device__ void sync_bench(const SArgs& a) {
   __shared__ float xs[2][Q][CL_LANES];
   const int t = threadIdx.x, w = t >> 5, lane = t & 31;
   const int b = (int)cluster_ctarank(), r = blockIdx.x / CL_SIZE, L0 = b * CL_LANES;
-  if (t == 0) {
-    mbar_init(&xbar[0]);
-    mbar_init(&xbar[1]);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  {
+    u64* const bars[2] = {&xbar[0], &xbar[1]};
+    init_cluster_mbarriers(bars, 2);
   }
-  __syncthreads();
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-  cluster_wait();
   MhcArgs A;
   A.D = Q * 1024;
   A.ring.dir = 1;

@@ -89,6 +89,17 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)
 __device__ __forceinline__ void mbar_init(u64* bar) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_addr(bar)) : "memory");
 }
+// The block's mbarriers initialized by thread 0 (released at cluster scope), then a block and a cluster
+// barrier: every block's exchange barriers exist before any block of the cluster pushes into them.
+__device__ __forceinline__ void init_cluster_mbarriers(u64* const* bars, int n) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < n; i++) mbar_init(bars[i]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  cluster_wait();
+}
 __device__ __forceinline__ void mbar_expect(u64* bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
@@ -909,17 +920,10 @@ __device__ void cluster_cycle(const CArgs& p) {
   unsigned wphase = 0;  // bit k: the parity of buffer k's next wait
   bool wpending = false;
   int nout_next = 0;    // (NWB 2, thread 0) outputs of the step whose weights the next step's start requests
-  if (t == 0) {
-    mbar_init(&wbar[0]);
-    mbar_init(&wbar[1]);
-    mbar_init(&xbar[0]);
-    mbar_init(&xbar[1]);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  {
+    u64* const bars[4] = {&wbar[0], &wbar[1], &xbar[0], &xbar[1]};
+    init_cluster_mbarriers(bars, 4);
   }
-  __syncthreads();
-  // every block's exchange barriers are initialized before any block pushes into them
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-  cluster_wait();
 
   // prologue: step 0's arguments, x and weights
   {
