@@ -27,7 +27,7 @@ template <int Q, int NT, int R>
 __device__ void sync_bench(const SArgs& a) {
   constexpr int NW = NT / 32, NE = (2 * Q * CL_LANES + (NW - 1) * 32 - 1) / ((NW - 1) * 32);
   __shared__ u64 xbar[2];
-  __shared__ __align__(16) float recv[2][CL_SIZE][52];
+  __shared__ __align__(16) float recv[2][CL_SIZE][cl_partials_floats<Q, 2>()];  // (two rows' partials)
   __shared__ float xs[2][Q][CL_LANES];
   const int t = threadIdx.x, w = t >> 5, lane = t & 31;
   const int b = (int)cluster_ctarank(), r = blockIdx.x / CL_SIZE, L0 = b * CL_LANES;

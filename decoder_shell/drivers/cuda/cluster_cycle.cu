@@ -456,9 +456,6 @@ __device__ __forceinline__ void fold_ll_one(const MhcArgs& a, const typename Wor
   const Slot sl = slot_of<Q>(i, L0);
   xs[sl.mi][sl.q][sl.l] = x;
 }
-#ifndef CL_LEADER_POLL
-#define CL_LEADER_POLL 0  // tuning: in fold_ll, lane 0 of a warp polls one element's words before every lane loads its own
-#endif
 // The fold of the next all-reduce over flag-and-data words, for the thread's elements below n: i = it + j*nt,
 // j < NE with their first ranks in registers (first_of(fp, j), from the host table), B at a time with every
 // rank's word of each loaded at once; elements past NE (none for the built shapes) one at a time with their
@@ -471,22 +468,6 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const typename Word<BF
   constexpr int B = ll_batch<BF, R, NE>();
   const int dir = a.ring.dir;
   bool ok = true;
-#if CL_LEADER_POLL
-  // (tuning) lane 0 alone waits until its first element's words are current, then every lane loads its own:
-  // a warp's words of one element were stored by one warp-wide store of each rank, so they come together
-  {
-    if ((it & 31) == 0 && it < n) {
-      const int e0 = (int)elem_of<Q>(it, L0, row0, a.D);
-      int rr = first_of(fp, 0);
-      const u64 t0 = globaltimer();
-#pragma unroll
-      for (int t = 0; t < R; t++, rr = next_rank<R>(rr, dir))
-        for (unsigned m = 0; ok && !Word<BF>::current(ld_relaxed(ll + rr * stride + e0), seq); m++)
-          if ((m & 15) == 15 && watchdog_stop(err, t0, timeout_ns, step)) ok = false;
-    }
-    __syncwarp();
-  }
-#endif
 #pragma unroll
   for (int j0 = 0; j0 < NE; j0 += B) {
     if (it + j0 * nt >= n) break;
@@ -537,14 +518,6 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const typename Word<BF
     fold_ll_one<Q, BF, R>(a, ll, stride, seq, e, ordg[e], i, L0, xs, work, err, timeout_ns, step, ok);
   }
 }
-
-#ifndef CL_FETCH_AFTER_FOLD
-#define CL_FETCH_AFTER_FOLD 0  // tuning: the next step's weights requested after the helpers' fold, not after the dots
-#endif
-// Why: the copy of a block's weights (96 KiB a block a step at D = 4096) shares the SM's path to L2 with the
-// fold's loads of the join words; requested after the dot products it lands during B, and the fold after the
-// last rank published took ~2 us where the same grid without work took ~0.6 (tools/cluster_check.py, every
-// block's stamps). After the fold it lands during the rest of the Sinkhorn and the next stream values.
 
 #ifndef CL_PART_AHEAD
 #define CL_PART_AHEAD 2  // steps ahead whose partial sums the copy engine prefetches into L2 (>= 1)
@@ -860,8 +833,8 @@ __device__ __forceinline__ float mix_scale(float ss, float N, float eps) { retur
 // every block's stamps). With two, the next step's copy is requested at the step's start (its buffer's last
 // reader was the step before's dot products) and lands during the stream values and the dot products: H200,
 // TP4 M=1/2 0.530 / 0.605 -> 0.499 / 0.546 ms in one call, the fold after the last publish 2.05 -> 1.54 us
-// (docs/BENCHMARKS.md, twelfth session). Requesting the copy after the fold instead (CL_FETCH_AFTER_FOLD) made
-// the dot products wait for it (M=2 0.648).
+// (docs/BENCHMARKS.md, twelfth session). Requesting the copy after the fold instead made the dot products wait
+// for it (M=2 0.648), and lane 0 polling before its warp's loads made the fold slower (0.719): both removed.
 #ifndef CL_WBUF2_RPC
 #define CL_WBUF2_RPC 2  // (with more rows the static shared memory leaves no room for a second 96 KiB)
 #endif
@@ -1153,13 +1126,9 @@ __device__ void cluster_cycle(const CArgs& p) {
     // issued by thread 0, which waits for no gpu-scope fence before it lands: a helper's rank barrier
     // would wait for the whole copy)
 #ifndef CL_NO_FETCH  // timing ablation: the first step's weights stay (inexact)
-    wpending = work && s + 1 < p.nsteps;
-    // (CL_FETCH_AFTER_FOLD, where the join is the words: the copy is requested once the helpers' fold is done;
-    // two buffers: it was requested at this step's start)
-    const bool late_fetch = CL_FETCH_AFTER_FOLD && NWB == 1 && ll && wpending;
-    if (NWB == 1 && wpending && !late_fetch && t == 0) fetch_weights<Q>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, &wbar[0]);
+    wpending = work && s + 1 < p.nsteps;  // (two buffers: the copy was requested at this step's start)
+    if (NWB == 1 && wpending && t == 0) fetch_weights<Q>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, &wbar[0]);
 #else
-    const bool late_fetch = false;
     wpending = false;
 #endif
     // B: Sinkhorn warps (two rows each) and helper warps (y, join, the next all-reduce); each thread that
@@ -1255,10 +1224,6 @@ __device__ void cluster_cycle(const CArgs& p) {
           fold_ll<Q, false, R, NE>(A1, ll64, p.ll_stride, seq, firstv, ordg, nrow0, n1, L0, xs, ht, nh, work, p.err,
                                    p.timeout_ns, s);
         if (ht == 0) dstamp(dh, 9);
-        if (late_fetch) {  // every helper's fold is done: the next step's weights requested now (see CL_FETCH_AFTER_FOLD)
-          bar_named(2, nh);
-          if (ht == 0) fetch_weights<Q>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, &wbar[0]);
-        }
       } else {
         bar_named(1, nh);  // every y of this block is stored before its arrival
 #ifdef CL_NO_JOIN  // timing ablation: clusters never wait for each other (the all-reduces lose their join)
