@@ -126,7 +126,8 @@ def profile(drv, rows: int, tp: int, reps: int = 30) -> dict:
             s.launch()
         cycle_ms = statistics.median(s.launch() for _ in range(reps))
         sync_step_us = s.barrier_ms(reps) * 1e3
-        d = s.step_detail().astype(np.int64)[:-1]
+        every = s.step_detail(every_block=True).astype(np.int64)[:-1]  # [steps][blocks][16]: one traced launch
+        d = every[:, 0]  # cluster 0 block 0
         plan = s.plan
         stamps = [d[:, k] for k in (0, 1, 2, 3, 4)] + [d[:, 6]]
         nxt = np.append(d[1:, 0], d[-1, 6])
@@ -142,11 +143,11 @@ def profile(drv, rows: int, tp: int, reps: int = 30) -> dict:
         for name, k0, k1 in (("(helpers: pre + y)", 4, 8), ("(helpers: join)", 8, 7), ("(helpers: publish / past join)", 7, 10),
                              ("(helpers: fold)", 10, 9)):
             per_phase[name] = float(np.median(d[body, k1] - d[body, k0])) / 1e3
-        # every block's stamps (one more traced launch): how far apart the 16 x ranks blocks are at each point of a
-        # step (max - min over blocks, median over steps), which rank publishes last, and the fold's latency once
-        # the last rank published the same columns (block b's fold done - the latest publish stamp of block b
-        # over the ranks: the join's own cost, without the wait for a late rank)
-        e = s.step_detail(every_block=True).astype(np.int64)[:-1][body]
+        # every block's stamps: how far apart the 16 x ranks blocks are at each point of a step (max - min over
+        # blocks, median over steps), which rank publishes last, and the fold's latency once the last rank
+        # published the same columns (block b's fold done - the latest publish stamp of block b over the ranks:
+        # the join's own cost, without the wait for a late rank)
+        e = every[body]
         nb = e.shape[1]
         spread = {name: float(np.median(e[:, :, k].max(1) - e[:, :, k].min(1))) / 1e3
                   for name, k in (("start", 0), ("dots done", 2), ("partials in", 3), ("Sinkhorn done", 5),

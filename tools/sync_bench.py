@@ -7,7 +7,7 @@ its meetings (`cluster_check.py`'s "sync only") takes about 4 us a step on an H2
 meeting alone, as a chain of rounds on the cycle's own grid (one 16-block cluster a rank, 512 threads a
 block) with the cycle's own functions, so the distance from a step's synchronization to its primitives is
 a table. Per mode: us a round (median over launches of the slowest block's span / rounds). Tuning defines
-of the cycle (CL_POLL2=8 ...) reach the bench as they reach the cycle: DECODER_SHELL_CUDA_DEFINES.
+of the cycle (CL_WBUF2=0 ...) reach the bench as they reach the cycle: DECODER_SHELL_CUDA_DEFINES.
 
     python tools/sync_bench.py [--ranks 4] [--rows 2] [--rounds 2000] [--launches 7] [--json out.json]
 """

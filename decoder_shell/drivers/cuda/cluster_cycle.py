@@ -26,7 +26,7 @@ from ...contracts.allreduce import rank_order
 from ...errors import UsageError
 from . import steps as S
 from .kernels import SOURCE, sinkhorn_flags
-from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin
+from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin, tuning_define
 from .persistent import PERSISTENT_SOURCE, WATCHDOG_MS, PersistentSession
 
 CLUSTER_SOURCE = Path(__file__).with_name("cluster_cycle.cu").read_text()
@@ -57,8 +57,7 @@ def weight_buffers(rpc: int) -> int:
     """Steps' weights a block keeps in shared memory: two where the build has at most CL_WBUF2_RPC (2) rows
     (cluster_cycle.cu's cl_wbufs: more rows leave no room in shared memory), else one; the tuning defines
     (DECODER_SHELL_CUDA_DEFINES: CL_WBUF2=0, CL_WBUF2_RPC=N) are read here as the compiler reads them."""
-    d = dict((x.split("=", 1) + ["1"])[:2] for x in os.environ.get("DECODER_SHELL_CUDA_DEFINES", "").split())
-    return 2 if int(d.get("CL_WBUF2", "1") or 0) and rpc <= int(d.get("CL_WBUF2_RPC", "2")) else 1
+    return 2 if int(tuning_define("CL_WBUF2", "1") or 0) and rpc <= int(tuning_define("CL_WBUF2_RPC", "2")) else 1
 
 
 def dyn_smem_bytes(q: int, rpc: int = max(RPC_BUILDS)) -> int:

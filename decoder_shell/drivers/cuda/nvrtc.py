@@ -59,11 +59,22 @@ def status_name(nvrtc, res) -> str:
     return f"{name} ({text})" if text and text != name else name
 
 
+def tuning_defines() -> list[str]:
+    """DECODER_SHELL_CUDA_DEFINES (tuning and timing runs only): NAME or NAME=VALUE tokens every build gets as -D."""
+    return os.environ.get("DECODER_SHELL_CUDA_DEFINES", "").split()
+
+
+def tuning_define(name: str, default: str) -> str:
+    """The value a build sees for `name` (the host's side of a define it must agree on): "1" where given
+    without a value, `default` where not given."""
+    given = dict((d.split("=", 1) + ["1"])[:2] for d in tuning_defines())
+    return given.get(name, default)
+
+
 def compile_cubin(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernels.cu") -> bytes:
     """Compile CUDA C source to a cubin for `arch` (e.g. 'sm_90'); cached by hash of everything."""
     nvrtc, (major, minor) = bindings()
-    extra = os.environ.get("DECODER_SHELL_CUDA_DEFINES", "").split()  # timing ablations only
-    opts = [f"--gpu-architecture={arch}", *flags, *(f"-D{d}" for d in extra)]
+    opts = [f"--gpu-architecture={arch}", *flags, *(f"-D{d}" for d in tuning_defines())]
     if os.environ.get("DECODER_SHELL_CUDA_LINEINFO"):  # profiling: source lines for Nsight Compute / nvdisasm -g
         opts.append("-lineinfo")
     key = hashlib.sha256("\0".join([source, *opts, f"{major}.{minor}"]).encode()).hexdigest()
