@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from decoder_shell.commands.program import build_cycle
 from decoder_shell.contracts.allreduce import RingContract, rank_order
 from decoder_shell.drivers.cuda import steps as S
-from decoder_shell.drivers.cuda.cluster_cycle import (HIDDEN, RPC_BUILDS, THREAD_BUILDS, THREADS, CArgs, block_threads,
-                                                      check_cycle, source)
+from decoder_shell.drivers.cuda.cluster_cycle import (HIDDEN, ONE_GROUP_ROWS, RPC_BUILDS, THREAD_BUILDS, THREADS, CArgs,
+                                                      block_threads, check_cycle, row_groups, source)
 from decoder_shell.errors import UsageError
 from decoder_shell.geometry import Geometry, preset
 
@@ -154,6 +154,22 @@ def test_block_threads_takes_the_built_counts_and_refuses_others_in_one_line(val
         assert "\n" not in str(e.value) and value.strip() in str(e.value)
 
 
+@settings(max_examples=200, deadline=None)
+@given(rows=st.integers(1, 8), ranks=st.integers(1, 8), most=st.integers(1, 16), env=st.sampled_from([0, 0, 1, 2, 3]))
+def test_row_groups_keep_one_cluster_a_rank_for_few_rows_and_fill_the_device_otherwise(rows, ranks, most, env):
+    """Up to ONE_GROUP_ROWS rows a rank is one cluster (its join stays inside it); more rows spread over as many
+    clusters as the device holds beside the other ranks', never more than the rows; the environment decides
+    where it is set."""
+    g = row_groups(rows, ranks, most, env)
+    if env:
+        assert g == env
+    elif rows <= ONE_GROUP_ROWS:
+        assert g == 1
+    else:
+        assert 1 <= g <= rows and (g == 1 or ranks * g <= most)
+        assert g == rows or ranks * (g + 1) > most  # no room left for another group a rank
+
+
 def test_the_selector_takes_the_whole_cycle():
     from decoder_shell.drivers.cuda import PERSISTENT_VARIANTS, persistent_form
     from decoder_shell.replay.candidates import make_plan
@@ -251,3 +267,19 @@ def test_every_build_fits_an_sms_shared_memory_with_one_or_two_weight_buffers(de
         static = ptxas_report(src, "sm_90", flags, "cluster_cycle.cu")[entry]["smem"]
         fits = static + dyn_smem_bytes(4, rpc) <= 227 * 1024
         assert fits == (rpc != 4 or "RPC=4" not in defines), (rpc, static, dyn_smem_bytes(4, rpc))
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), q=st.sampled_from([1, 2, 4]))
+def test_mix_scale_division_by_n_is_the_multiplication_by_its_reciprocal(seed, q):
+    """mix_scale computes ss / N as ss * (1 / N): N = 4096 Q is a power of two, so both round the same real number
+    once, over every class of fp32 (subnormal results, zeros, infinities, the largest values) bit for bit."""
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0, 2 ** 32, 200_000, dtype=np.uint64).astype(np.uint32)
+    bits[:6] = [0, 1, 0x007FFFFF, 0x00800000, 0x7F7FFFFF, 0x7F800000]
+    ss = bits.view(np.float32)
+    n = np.float32(4 * 1024 * q)
+    with np.errstate(all="ignore"):
+        div, mul = ss / n, ss * (np.float32(1) / n)
+    same = (div.view(np.uint32) == mul.view(np.uint32)) | (np.isnan(div) & np.isnan(mul))
+    assert same.all()

@@ -25,8 +25,9 @@
 //      weights of s+1 requested, the helpers' loads for the next join issued;
 //   B  (no block barrier after X: every thread that splits a mix waits on the block's mbarrier for the
 //      16 blocks' partials itself and finishes the 16-block tree of the chains it needs) warps 0..:
-//      Sinkhorn (two rows a warp, a lane per comb entry) -> post/comb of s+1; the other warps: pre (a
-//      thread per row and stream), the collapse y of its columns, then the join of s+1's all-reduce and its fold for the block's
+//      Sinkhorn (two rows a warp, a lane per comb entry) -> comb of s+1; the other warps: pre (a thread per
+//      row and stream) and post (the same in the last helper warp), the collapse y of its columns, then the join
+//      of s+1's all-reduce and its fold for the block's
 //      columns: where a rank is one cluster, a cluster barrier (the whole rank stored y) and the rank's
 //      partial published as flag-and-data words that the fold waits on (fold_ll); else an arrival on the
 //      step's grid counter, the fold's first ranks (host table) while it waits, then the fold.
@@ -821,8 +822,12 @@ __device__ __forceinline__ float exchange_sum(const float (*rb)[PS], int idx) {
     for (int j = 0; j < CL_SIZE; j += 2 * step) v[j] = ADD(v[j], v[j + step]);
   return v[0];
 }
-// A row's factor of every mix from its sum of squares: 1 / sqrt(ss / N + eps) (mix = dot * it).
-__device__ __forceinline__ float mix_scale(float ss, float N, float eps) { return DIV(1.0f, SQRT(ADD(DIV(ss, N), eps))); }
+// A row's factor of every mix from its sum of squares: 1 / sqrt(ss / N + eps) (mix = dot * it). N = HC * D is
+// 4096 Q, a power of two, so ss / N is ss * (1 / N) exactly (both round the same real number once; no flag
+// flushes subnormals), and 1 / sqrt is recip_rn (~100 cycles less than two __fdiv_rn on the chain of both
+// the Sinkhorn and pre).
+template <int Q>
+__device__ __forceinline__ float mix_scale(float ss, float eps) { return recip_rn(SQRT(ADD(MUL(ss, 1.0f / (HC * Q * LANES)), eps))); }
 
 #ifndef CL_WBUF2
 #define CL_WBUF2 1  // builds of at most CL_WBUF2_RPC rows keep two steps' weights (0: one, the next step's requested
@@ -927,6 +932,20 @@ __device__ void cluster_cycle(const CArgs& p) {
     const MhcArgs& A = args_s[s & 1];
     const int op = hd[1], nout = hd[3], buf = s & 1;
     const bool carried = hd[6] == s - 1 && s > 0;
+    if (stamper && p.trace) p.trace[s] = globaltimer();
+    // every block's stamps (its thread 0, and its helper thread 0): [step][block][CL_DETAIL]
+    u64* dh = p.detail ? p.detail + ((size_t)s * gridDim.x + blockIdx.x) * CL_DETAIL : nullptr;  // (helper thread 0)
+    u64* ds = t == 0 ? dh : nullptr;
+    dstamp(ds, 0);
+    // two weight buffers: the next step's weights requested now into the other one (its last reader, the dot
+    // products of step s - 1, finished before that step's block barrier after A); nout_next came from the step
+    // table a step ago, and the one after it is loaded now. First thing in the step, ahead of the step's global
+    // loads (the copy's proxy fence is a MEMBAR.ALL.CTA in SASS, which might wait for loads in flight; measured
+    // neutral on the H200: stream values + to next step 1.15 -> 1.18 us at M=2, thirteenth session)
+    if (NWB == 2 && work && t == 0 && s + 1 < p.nsteps) {
+      fetch_weights<Q>(p, s + 1, nout_next, r, L0, wsm + ((s + 1) & 1) * WSZ, &wbar[(s + 1) & 1]);
+      nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;
+    }
     int row0, nrows;
     rows_of(hd[5], p.groups, g, row0, nrows);
     // the roles of B: Sinkhorn warps (two rows each), helper warps (y, join, the next all-reduce)
@@ -940,20 +959,20 @@ __device__ void cluster_cycle(const CArgs& p) {
     const int nh = (iso ? (NW / 4) * (4 - nsk) : NW - nsk) * 32;
     const int ht = hw * 32 + lane;  // (helpers) rank among the helper threads
     const int hf = lane >> 4, t16 = lane & 15;  // (Sinkhorn warps) the lane's row of the warp's two, its comb entry
-    // the threads that split mixes after the exchange (a Sinkhorn lane: its comb entry and post; a helper
-    // thread per (row, stream): pre) load the step's base and scale now (params in global memory: the
-    // weight stream may have pushed them out of L2; the latency overlaps C and A)
-    float scale0 = 0.0f, base0 = 0.0f, scale1 = 0.0f, base1 = 0.0f;
+    // helper threads [0, nrows*HC) make pre; where a Sinkhorn runs, the last helper warp's first nrows*HC threads
+    // make post (off the Sinkhorn warp's chain, and off the pre warp's)
+    const int ppost = nsk > 0 ? ht - (nh - 32) : -1;  // (helpers) this thread's post index, if 0 <= it < nrows*HC
+    const bool po = helper && ppost >= 0 && ppost < nrows * HC, mixer = helper && (ht < nrows * HC || po);
+    // the threads that split mixes after the exchange (a Sinkhorn lane: its comb entry; a mixer: its pre or post)
+    // load the step's base and scale now (params in global memory: the weight stream may have pushed them out of
+    // L2; the latency overlaps C and A)
+    float scale0 = 0.0f, base0 = 0.0f;
     if (work && w < nsk) {
       scale0 = A.scale[2];
       base0 = A.base[2 * HC + t16];
-      if (t16 < HC) {
-        scale1 = A.scale[1];
-        base1 = A.base[HC + t16];
-      }
-    } else if (work && helper && ht < nrows * HC) {
-      scale0 = A.scale[0];
-      base0 = A.base[ht % HC];
+    } else if (work && mixer) {
+      scale0 = A.scale[po ? 1 : 0];
+      base0 = A.base[(po ? HC : 0) + (po ? ppost : ht) % HC];
     }
 #ifdef CL_PREFETCH_EARLY
     const bool pe = work && t == NT - 2 && s + CL_LOOKAHEAD < p.nsteps && CL_LOOKAHEAD > 0;
@@ -973,18 +992,6 @@ __device__ void cluster_cycle(const CArgs& p) {
     // this step's exchange: every block pushes its nrows * 25 partials (16-byte pieces) into each of the 16
     const int npieces = (nrows * CL_CHAINS + 3) / 4;
     if (t == 0) mbar_expect(&xbar[buf], CL_SIZE * npieces * 16);
-    if (stamper && p.trace) p.trace[s] = globaltimer();
-    // every block's stamps (its thread 0, and its helper thread 0): [step][block][CL_DETAIL]
-    u64* dh = p.detail ? p.detail + ((size_t)s * gridDim.x + blockIdx.x) * CL_DETAIL : nullptr;  // (helper thread 0)
-    u64* ds = t == 0 ? dh : nullptr;
-    dstamp(ds, 0);
-    // two weight buffers: the next step's weights requested now into the other one (its last reader, the dot
-    // products of step s - 1, finished before that step's block barrier after A); nout_next came from the step
-    // table a step ago, and the one after it is loaded now
-    if (NWB == 2 && work && t == 0 && s + 1 < p.nsteps) {
-      fetch_weights<Q>(p, s + 1, nout_next, r, L0, wsm + ((s + 1) & 1) * WSZ, &wbar[(s + 1) & 1]);
-      nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;
-    }
     // C: stream values of this step for the block's columns
     if (work) stream_values<Q>(A, op, carried, row0, nrows, L0, xs, sv, pc, t, NT);
     __syncthreads();
@@ -1137,25 +1144,21 @@ __device__ void cluster_cycle(const CArgs& p) {
     // barrier: the Sinkhorn starts as soon as its own rows' mixes are made)
     if (ll && !helper) cluster_arrive_relaxed();  // warps that make no y arrive at the rank's barrier at once
                                                   // (relaxed: they publish nothing through it)
-    const float N = (float)(HC * A.D);
     if (w < nsk) {
       const int mi = 2 * w + hf, mic = min(mi, nrows - 1);
       mbar_wait_cluster(&xbar[buf], (s >> 1) & 1, p.err, p.timeout_ns, s);
       dstamp(ds, 3);
-      const float rs = mix_scale(exchange_sum<PS>(recv[buf], mic * CL_CHAINS), N, A.norm_eps);
-      const float lg = ADD(MUL(MUL(exchange_sum<PS>(recv[buf], mic * CL_CHAINS + 1 + 2 * HC + t16), rs), scale0), base0);
-      const float pm = t16 < HC ? MUL(exchange_sum<PS>(recv[buf], mic * CL_CHAINS + 1 + HC + t16), rs) : 0.0f;
+      // both trees' loads before mix_scale's branches (behind them, the compiler issued the second tree's loads
+      // only after the root and the reciprocal)
+      const float ssum = exchange_sum<PS>(recv[buf], mic * CL_CHAINS);
+      const float dsum = exchange_sum<PS>(recv[buf], mic * CL_CHAINS + 1 + 2 * HC + t16);
+      const float rs = mix_scale<Q>(ssum, A.norm_eps);
+      const float lg = ADD(MUL(MUL(dsum, rs), scale0), base0);
       dstamp_dep(ds, 4, lg);
       const float c = sinkhorn_lane(lg, t16 >> 2, t16 & 3, hf * 16, A.hc_eps, A.sinkhorn_iters);
-      const float ps = t16 < HC ? MUL(2.0f, psigmoid(ADD(MUL(pm, scale1), base1))) : 0.0f;
       if (mi < nrows) {
         pc[mi][HC + t16] = c;
-        if (t16 < HC) pc[mi][t16] = ps;
-        if (b == 0) {
-          const int m = row0 + mi;
-          A.comb_out[m * HC * HC + t16] = c;
-          if (t16 < HC) A.post_out[m * HC + t16] = ps;
-        }
+        if (b == 0) A.comb_out[(row0 + mi) * HC * HC + t16] = c;
       }
       dstamp(ds, 5);
       if (split) {
@@ -1165,15 +1168,23 @@ __device__ void cluster_cycle(const CArgs& p) {
                                  p.err, p.timeout_ns, s);
       }
     } else if (helper) {
-      if (ht < nrows * HC) {  // (in synchronization-only launches too: the exchange's waiters)
+      if (mixer) {  // (in synchronization-only launches too: the exchange's waiters)
         mbar_wait_cluster(&xbar[buf], (s >> 1) & 1, p.err, p.timeout_ns, s);
         if (nsk == 0) dstamp(ds, 3);
         if (work) {
-          const int mi = ht / HC, h = ht % HC;
-          const float rs = mix_scale(exchange_sum<PS>(recv[buf], mi * CL_CHAINS), N, A.norm_eps);
-          const float mx = MUL(exchange_sum<PS>(recv[buf], mi * CL_CHAINS + 1 + h), rs);
-          pre_s[mi][h] = ADD(psigmoid(ADD(MUL(mx, scale0), base0)), A.hc_eps);
-          if (nsk == 0) dstamp_dep(ds, 4, pre_s[mi][h]);
+          const int v = po ? ppost : ht, mi = v / HC, h = v % HC;
+          const float ssum = exchange_sum<PS>(recv[buf], mi * CL_CHAINS);
+          const float dsum = exchange_sum<PS>(recv[buf], mi * CL_CHAINS + 1 + (po ? HC : 0) + h);
+          const float mx = MUL(dsum, mix_scale<Q>(ssum, A.norm_eps));
+          const float sg = psigmoid_rn(ADD(MUL(mx, scale0), base0));
+          if (po) {
+            const float ps = MUL(2.0f, sg);
+            pc[mi][h] = ps;
+            if (b == 0) A.post_out[(row0 + mi) * HC + h] = ps;
+          } else {
+            pre_s[mi][h] = ADD(sg, A.hc_eps);
+          }
+          if (nsk == 0) dstamp_dep(ds, 4, sg);
         }
       }
       if (work && nrows > 0) {

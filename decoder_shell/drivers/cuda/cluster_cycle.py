@@ -142,6 +142,25 @@ def auto_fits(sm: int, placement: str, cycle) -> bool:
     return max(cycle.geometry.phase(cycle.commands[st.cmd].boundary.phase).rows for st in plan) <= AUTO_MAX_ROWS
 
 
+#: Rows a step up to which a rank keeps one row group (one cluster) even where the device holds more: the rank's
+#: y and its all-reduce then join inside the cluster (flag-and-data words) instead of on the grid's counter.
+#: H200, thirteenth session (docs/BENCHMARKS.md): TP1 M=2 0.504 ms against 0.530-0.538 with two groups, TP2 M=2
+#: 0.519 against 0.549-0.555; from four rows the groups' dot products side by side win at TP1 (M=4/8 0.551 /
+#: 0.608-0.636 against 0.608 / 0.883 in one group).
+ONE_GROUP_ROWS = 2
+
+
+def row_groups(rows: int, ranks: int, most: int, env: int = 0) -> int:
+    """Row groups (clusters) a rank for a cycle of at most `rows` rows a step on a device that holds `most`
+    clusters at once: `env` (DECODER_SHELL_CUDA_CLUSTER_GROUPS) where set, one up to ONE_GROUP_ROWS rows, else
+    as many as the device holds beside the other ranks' (at most one a row)."""
+    if env:
+        return env
+    if rows <= ONE_GROUP_ROWS:
+        return 1
+    return max(1, min(rows, most // ranks))
+
+
 class ClusterSession(PersistentSession):
     """The graph session's buffers, with one cluster-launched kernel instead of the graph."""
 
@@ -172,8 +191,7 @@ class ClusterSession(PersistentSession):
         if most < cycle.ranks:
             raise UsageError(f"persistent-cluster cycle: {drv.gpu} holds {most} clusters of {CL_SIZE} blocks at once; "
                              f"{cycle.ranks} ranks need {cycle.ranks}")
-        env = int(os.environ.get("DECODER_SHELL_CUDA_CLUSTER_GROUPS", "0") or 0)
-        groups = env or max(1, min(max(rows), most // cycle.ranks))
+        groups = row_groups(max(rows), cycle.ranks, most, int(os.environ.get("DECODER_SHELL_CUDA_CLUSTER_GROUPS", "0") or 0))
         if cycle.ranks * groups > most:
             raise UsageError(f"persistent-cluster cycle: {cycle.ranks} ranks x {groups} row groups = "
                              f"{cycle.ranks * groups} clusters; {drv.gpu} holds {most} at once")
