@@ -963,6 +963,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     // make post (off the Sinkhorn warp's chain, and off the pre warp's)
     const int ppost = nsk > 0 ? ht - (nh - 32) : -1;  // (helpers) this thread's post index, if 0 <= it < nrows*HC
     const bool po = helper && ppost >= 0 && ppost < nrows * HC, mixer = helper && (ht < nrows * HC || po);
+    const int mv = po ? ppost : ht;  // (mixers) row * HC + stream of the pre or post it makes
     // the threads that split mixes after the exchange (a Sinkhorn lane: its comb entry; a mixer: its pre or post)
     // load the step's base and scale now (params in global memory: the weight stream may have pushed them out of
     // L2; the latency overlaps C and A)
@@ -972,7 +973,7 @@ __device__ void cluster_cycle(const CArgs& p) {
       base0 = A.base[2 * HC + t16];
     } else if (work && mixer) {
       scale0 = A.scale[po ? 1 : 0];
-      base0 = A.base[(po ? HC : 0) + (po ? ppost : ht) % HC];
+      base0 = A.base[(po ? HC : 0) + mv % HC];
     }
 #ifdef CL_PREFETCH_EARLY
     const bool pe = work && t == NT - 2 && s + CL_LOOKAHEAD < p.nsteps && CL_LOOKAHEAD > 0;
@@ -1172,7 +1173,7 @@ __device__ void cluster_cycle(const CArgs& p) {
         mbar_wait_cluster(&xbar[buf], (s >> 1) & 1, p.err, p.timeout_ns, s);
         if (nsk == 0) dstamp(ds, 3);
         if (work) {
-          const int v = po ? ppost : ht, mi = v / HC, h = v % HC;
+          const int mi = mv / HC, h = mv % HC;
           const float ssum = exchange_sum<PS>(recv[buf], mi * CL_CHAINS);
           const float dsum = exchange_sum<PS>(recv[buf], mi * CL_CHAINS + 1 + (po ? HC : 0) + h);
           const float mx = MUL(dsum, mix_scale<Q>(ssum, A.norm_eps));

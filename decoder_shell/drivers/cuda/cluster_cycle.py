@@ -319,12 +319,7 @@ class ClusterSession(PersistentSession):
         """One traced launch: the stamps inside each step, [steps + 1][DETAIL_SLOTS] ns of cluster 0 block 0
         (0 where not taken), or with every_block [steps + 1][blocks][DETAIL_SLOTS] (block = cluster x 16 + rank
         in the cluster); stamp numbers are cluster_cycle.cu's CL_DETAIL."""
-        n = len(self.plan) + 1
-        nbytes = 8 * self.DETAIL_SLOTS * n * self.blocks
-        self.cu.cuMemsetD8(self.ctl + self.detail_off, 0, nbytes)
-        self.step_times(mode)
-        d = np.zeros((n, self.blocks, self.DETAIL_SLOTS), dtype=np.uint64)
-        self.cu.cuMemcpyDtoH(d.ctypes.data, self.ctl + self.detail_off, nbytes)
+        d = self._detail(mode, self.blocks)
         return d if every_block else d[:, 0]
 
     def barrier_ms(self, reps: int = 20) -> float:

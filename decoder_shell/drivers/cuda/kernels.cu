@@ -126,6 +126,10 @@ __device__ __forceinline__ float div_by(float a, const Recip& d) {
   const float q0 = __fmul_rn(a, d.y);
   return __fmaf_rn(d.y, __fmaf_rn(-d.b, q0, a), q0);
 }
+// 1 / d with __fdiv_rn's bits: its fast path decided by the integer range test beside the reciprocal instead of
+// the FCHK behind it (1 is in range), __fdiv_rn elsewhere; and psigmoid's bits with it.
+__device__ __forceinline__ float recip_rn(float d) { return div_by(1.0f, recip(d)); }
+__device__ __forceinline__ float psigmoid_rn(float z) { return recip_rn(ADD(1.0f, pexp(-z))); }
 
 // ---- ring all-reduce contract (contracts/allreduce.py) -------------------------------------------
 struct Ring {
@@ -530,12 +534,6 @@ __device__ __forceinline__ float div_fast(float a, float b, float y) {
   const float q0 = __fmul_rn(a, y);
   return __fmaf_rn(y, __fmaf_rn(-b, q0, a), q0);
 }
-// 1 / d correctly rounded: __fdiv_rn's fast path where d is in its range (1 is), decided by an integer compare
-// beside the reciprocal instead of the FCHK behind it, __fdiv_rn elsewhere: __fdiv_rn's bits.
-__device__ __forceinline__ float recip_rn(float d) {
-  return div_range(d) < 0x3c000000u ? div_fast(1.0f, d, rcp_newton(d)) : DIV(1.0f, d);
-}
-__device__ __forceinline__ float psigmoid_rn(float z) { return recip_rn(ADD(1.0f, pexp(-z))); }  // psigmoid's bits
 // The loop's unrolling (4: 4,011 cycles in one warp; 1: 4,399). A build that would spill with it
 // unrolled (the cluster cycle at 8 rows a cluster and more than 4 ranks) sets 1.
 #ifndef SINKHORN_UNROLL

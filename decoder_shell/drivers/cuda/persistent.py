@@ -204,16 +204,20 @@ class PersistentSession(CudaSession):
     #: stamps a step in the detail trace (the kernel's own layout)
     DETAIL_SLOTS = 8
 
+    def _detail(self, mode: int, blocks: int) -> np.ndarray:
+        """One traced launch's stamps inside each step, [steps + 1][blocks][DETAIL_SLOTS] ns (0 where not taken),
+        for a kernel that stamps `blocks` blocks."""
+        d = np.zeros((len(self.plan) + 1, blocks, self.DETAIL_SLOTS), dtype=np.uint64)
+        self.cu.cuMemsetD8(self.ctl + self.detail_off, 0, d.nbytes)
+        self.step_times(mode)
+        self.cu.cuMemcpyDtoH(d.ctypes.data, self.ctl + self.detail_off, d.nbytes)
+        return d
+
     def step_detail(self, mode: int = 0) -> np.ndarray:
         """One traced launch: block 0's stamps inside each step, [steps + 1][DETAIL_SLOTS] ns (0 where not
         taken); the persistent kernel's: 0 start, 1 first unit, 2 loads and post/comb, 3 stream values, 4 dot
         products, 5 partials, 6 items done."""
-        n = len(self.plan) + 1
-        self.cu.cuMemsetD8(self.ctl + self.detail_off, 0, 8 * self.DETAIL_SLOTS * n)
-        self.step_times(mode)
-        d = np.zeros((n, self.DETAIL_SLOTS), dtype=np.uint64)
-        self.cu.cuMemcpyDtoH(d.ctypes.data, self.ctl + self.detail_off, d.nbytes)
-        return d
+        return self._detail(mode, 1)[:, 0]
 
     def barrier_ms(self, reps: int = 20) -> float:
         """Median launch time of the same grid doing only its barriers, per barrier."""
