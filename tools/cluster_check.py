@@ -160,6 +160,19 @@ def profile(drv, rows: int, tp: int, reps: int = 30) -> dict:
                 "fold_after_last_publish_us": {"median": float(np.median(handoff)) / 1e3,
                                                "p90": float(np.percentile(handoff, 90)) / 1e3,
                                                "max of a step (median)": float(np.median(handoff.max((1, 2)))) / 1e3}}
+        # which warp reaches each block barrier last (and the first after C), every block: its time after the step's
+        # start (stamps 11-14 carry the time to 32 ns and the warp in the low five bits), and how often each warp is
+        # the last; thread 0's weight copy issued (15)
+        st0 = e[:, :, 0].astype(np.int64)
+        warps = {}
+        for name, k in (("first warp after C", 14), ("last warp after C", 11), ("last warp after A", 12),
+                        ("last warp at the end", 13)):
+            v = e[:, :, k]
+            warps[name] = {"us_after_start": float(np.median((v & ~np.uint64(31)).astype(np.int64) - st0)) / 1e3,
+                           "warp_counts": np.bincount((v & np.uint64(31)).astype(np.int64).ravel(), minlength=32)[:16].tolist()}
+        warps["weight copy issued"] = {"us_after_start": float(np.median(e[:, :, 15].astype(np.int64) - st0)) / 1e3}
+        warps["end stamp"] = {"us_after_start": float(np.median(e[:, :, 6].astype(np.int64) - st0)) / 1e3}
+        skew["warps"] = warps
         # the same launch doing only its synchronization (no Sinkhorn warps: thread 0 is helper thread 0): where its
         # ~4 us a step go (block barriers, the exchange, the rank's barrier, publishing, the fold's polls)
         z = s.step_detail(mode=1).astype(np.int64)[:-1]
@@ -208,6 +221,9 @@ def main():
         fa = ", ".join(f"{k} {v:.2f}" for k, v in sk["fold_after_last_publish_us"].items())
         print(f"| TP{p['tp']} M={p['M']} every block | spread (us, max - min over blocks): {sp}; last publisher by rank "
               f"{sk['last_publisher_counts']}; fold done after the last rank published (us): {fa} |")
+        wp = "; ".join(f"{k} {v['us_after_start']:.2f}" + (f" (warps {v['warp_counts']})" if "warp_counts" in v else "")
+                       for k, v in sk["warps"].items())
+        print(f"| TP{p['tp']} M={p['M']} warps | us after the step's start: {wp} |")
     ok = e["mismatching_elements"] == 0 and res["fma_mismatches"] > 0 and res["watchdog"].startswith("fired")
     return 0 if ok else 1
 

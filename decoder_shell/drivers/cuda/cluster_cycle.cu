@@ -44,7 +44,9 @@
 #define CL_LANES (LANES / CL_SIZE)  // lanes of one block: 64, two per thread of a warp
 #define CL_DETAIL 16  // stamps a step: 0 start, 1 stream values, 2 dots, 3 cluster barrier, 4 exchange, 5 Sinkhorn,
                       // 6 end; helper thread 0: 7 join passed, 8 its y stored, 9 its fold done,
-                      // 10 every helper past the join
+                      // 10 every helper past the join; 11-13 the last warp to reach the block barriers after C, after
+                      // A and at the step's end (time rounded to 32 ns, low 5 bits: the warp), 14 the first warp after
+                      // C, 15 thread 0's weight copy issued
 #define CL_CHAINS 25                // dot-product chains of a row: the sum of squares (0) and 24 outputs (1 + o)
 
 struct CArgs {
@@ -524,20 +526,32 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const typename Word<BF
 #define CL_PART_AHEAD 2  // steps ahead whose partial sums the copy engine prefetches into L2 (>= 1)
 #endif
 
-// Where a step's partial prefetch goes: read from the step table at the start of a step (into
-// registers, so the loads' latency overlaps the step) and issued in B.
+// What a step's prefetches need, read from the step table at the start of a step by one thread (into
+// registers: the loads' latency overlaps the step) and issued in B: the partial sum of a later all-reduce
+// and the weights of a later step. Every field is loaded unconditionally and resolved where it is used:
+// `fused ? peers[r] : null` at the load compiled to a load of peers[r] predicated on the loaded `fused`,
+// and the register a step's prefetch address needed right away stalled the thread's warp for an L2 round
+// trip (at the step's start, ahead of its stream values; in B, between the rank's barrier and the publish).
 struct PartFetch {
-  const char* base;  // this cluster's rank's partial of the step (null: no fused all-reduce)
-  int rows, D, isz;
+  const char* peer;  // this cluster's rank's partial of the step (read only where fused)
+  int fused, rows, D, bf;
+  const float* fn;   // the weights of the step CL_LOOKAHEAD ahead (null: none)
+  int nout;
 };
-__device__ __forceinline__ PartFetch part_fetch(const CArgs& p, int s, int r) {
-  PartFetch f{nullptr, 0, 0, 0};
-  if (s >= p.nsteps) return f;
-  const PStep& st = p.steps[s];
-  f.base = st.fused ? (const char*)st.mh[r].peers[r] : nullptr;
-  f.rows = st.rows;
-  f.D = st.mh[r].D;
-  f.isz = st.mh[r].ring.is_bf16 ? 2 : 4;
+__device__ __forceinline__ PartFetch part_fetch(const CArgs& p, int s, int r, int sw) {
+  PartFetch f{nullptr, 0, 0, 0, 0, nullptr, 0};
+  if (s < p.nsteps) {
+    const PStep& st = p.steps[s];
+    f.peer = (const char*)st.mh[r].peers[r];
+    f.fused = st.fused;
+    f.rows = st.rows;
+    f.D = st.mh[r].D;
+    f.bf = st.mh[r].ring.is_bf16;
+  }
+  if (CL_LOOKAHEAD > 0 && sw < p.nsteps) {
+    f.fn = p.steps[sw].mh[r].fn;
+    f.nout = p.steps[sw].nout;
+  }
   return f;
 }
 // The partial sums a later all-reduce folds, for this cluster's rows, into L2 (bulk prefetches by the
@@ -546,12 +560,23 @@ __device__ __forceinline__ PartFetch part_fetch(const CArgs& p, int s, int r) {
 __device__ __forceinline__ void prefetch_partials(const PartFetch& f, int groups, int g, int b) {
   int row0, nrows;
   rows_of(f.rows, groups, g, row0, nrows);
-  if (!f.base || nrows <= 0) return;
-  const unsigned total = (unsigned)(nrows * f.D * f.isz), part = (total / CL_SIZE) & ~15u;
+  if (!f.fused || nrows <= 0) return;
+  const int isz = f.bf ? 2 : 4;
+  const unsigned total = (unsigned)(nrows * f.D * isz), part = (total / CL_SIZE) & ~15u;
   const unsigned off = b * part, bytes = b == CL_SIZE - 1 ? (total - off) & ~15u : part;
   if (bytes)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(f.base + (size_t)row0 * f.D * f.isz + off),
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(f.peer + (size_t)row0 * f.D * isz + off),
                  "r"(bytes) : "memory");
+}
+
+// B's prefetches from the addresses loaded at the step's start: the partial sum, and (unless CL_PREFETCH_EARLY
+// issued them at the start of A) the weights CL_LOOKAHEAD steps ahead.
+template <int Q>
+__device__ __forceinline__ void prefetches_b(const PartFetch& f, int groups, int g, int b) {
+  prefetch_partials(f, groups, g, b);
+#ifndef CL_PREFETCH_EARLY
+  if (f.fn) prefetch_fn<Q>(f.fn, f.nout, b);
+#endif
 }
 
 #define CL_STR(x) #x
@@ -788,6 +813,21 @@ __device__ __forceinline__ void stream_values(const MhcArgs& A, int op, bool car
   else stream_values_of<Q, SV_GLOBAL>(A, row0, nrows, L0, xs, sv, pc, it, nt);
 }
 
+// Traced launches: a warp's arrival at a block barrier, kept as the latest (atomicMax) or earliest (atomicMin) of
+// the block's warps in a shared word: the time to 32 ns (%globaltimer's step on the H200) with the warp in the low
+// five bits. The word is read and reset by thread 0 a barrier after its last writer, a barrier before its next.
+__device__ __forceinline__ void arrival(u64* word, bool on, bool latest, int w) {
+  if (!on || (threadIdx.x & 31)) return;
+  const u64 k = (globaltimer() & ~31ull) | (u64)w;
+  if (latest) atomicMax(reinterpret_cast<unsigned long long*>(word), k);
+  else atomicMin(reinterpret_cast<unsigned long long*>(word), k);
+}
+__device__ __forceinline__ void arrival_take(u64* st, int k, u64* word, u64 reset) {
+  if (!st) return;
+  st[k] = *word;
+  *word = reset;
+}
+
 __device__ __forceinline__ void dstamp(u64* st, int k) {
   if (st) st[k] = globaltimer();
 }
@@ -881,6 +921,7 @@ __device__ void cluster_cycle(const CArgs& p) {
   __shared__ int hdr_s[2][10];                  // step s's header (PStep's first ten ints) at [s & 1]
   __shared__ long long ordoff_s[2];             // where step s's first ranks start in the order table, at [s & 1]
   __shared__ u64 wbar[2];                       // the block's weights of a step have landed (buffer k: wbar[k])
+  __shared__ u64 arr_s[4];                      // traced launches: the last warp after C, after A, at the end; the first after C
   __shared__ unsigned char ord_s[RPC * Q * CL_LANES];  // first ranks of the next fold (load_order)
   extern __shared__ __align__(128) float wsm[];  // [24][HC * Q][64]: this block's weights of the step, then recv
   // every block's partials of step s at [s & 1][block][row * 25 + chain], pushed by each block into all 16
@@ -901,6 +942,7 @@ __device__ void cluster_cycle(const CArgs& p) {
   {
     u64* const bars[4] = {&wbar[0], &wbar[1], &xbar[0], &xbar[1]};
     init_cluster_mbarriers(bars, 4);
+    if (t < 4) arr_s[t] = t == 3 ? ~0ull : 0ull;
   }
 
   // prologue: step 0's arguments, x and weights
@@ -910,7 +952,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     if (t < 10) hdr_s[0][t] = (&st.kind)[t];
     if (t == 10) ordoff_s[0] = p.order_off[0];
     if (work && t == NT - 1)
-      for (int k = 1; k < CL_PART_AHEAD; k++) prefetch_partials(part_fetch(p, k, r), p.groups, g, b);
+      for (int k = 1; k < CL_PART_AHEAD; k++) prefetch_partials(part_fetch(p, k, r, p.nsteps), p.groups, g, b);
     __syncthreads();
     int row0, nrows;
     rows_of(st.rows, p.groups, g, row0, nrows);
@@ -945,6 +987,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     if (NWB == 2 && work && t == 0 && s + 1 < p.nsteps) {
       fetch_weights<Q>(p, s + 1, nout_next, r, L0, wsm + ((s + 1) & 1) * WSZ, &wbar[(s + 1) & 1]);
       nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;
+      dstamp(ds, 15);
     }
     int row0, nrows;
     rows_of(hd[5], p.groups, g, row0, nrows);
@@ -975,12 +1018,9 @@ __device__ void cluster_cycle(const CArgs& p) {
       scale0 = A.scale[po ? 1 : 0];
       base0 = A.base[(po ? HC : 0) + mv % HC];
     }
-#ifdef CL_PREFETCH_EARLY
-    const bool pe = work && t == NT - 2 && s + CL_LOOKAHEAD < p.nsteps && CL_LOOKAHEAD > 0;
-    const float* pe_fn = pe ? p.steps[s + CL_LOOKAHEAD].mh[r].fn : nullptr;
-    const int pe_nout = pe ? p.steps[s + CL_LOOKAHEAD].nout : 0;
-#endif
-    const PartFetch pf = work && t == NT - 1 ? part_fetch(p, s + CL_PART_AHEAD, r) : PartFetch{nullptr, 0, 0, 0};
+    // the prefetches of B (a later step's partial sum and weights): their addresses loaded now, by a helper
+    const PartFetch pf = work && t == NT - 1 ? part_fetch(p, s + CL_PART_AHEAD, r, s + CL_LOOKAHEAD)
+                                             : PartFetch{nullptr, 0, 0, 0, 0, nullptr, 0};
     // the next step's arguments and header: loaded into registers now, stored into shared memory after A
     // (the L2 round trip overlaps C and A instead of lengthening the exchange)
     u64 nx_w = 0;
@@ -995,8 +1035,11 @@ __device__ void cluster_cycle(const CArgs& p) {
     if (t == 0) mbar_expect(&xbar[buf], CL_SIZE * npieces * 16);
     // C: stream values of this step for the block's columns
     if (work) stream_values<Q>(A, op, carried, row0, nrows, L0, xs, sv, pc, t, NT);
+    arrival(&arr_s[0], dh, true, w);
+    arrival(&arr_s[3], dh, false, w);
     __syncthreads();
     dstamp_after(ds, 1, &sv[0][0][CL_LANES - 1]);
+    if (s > 0) arrival_take(ds ? ds - (size_t)gridDim.x * CL_DETAIL : nullptr, 13, &arr_s[2], 0ull);  // (step s - 1's end)
     // A: dot products of the block's 64 lanes. BY_LANES: by lane halves (dots_by_lanes: each warp one lane half and
     // a chain group, the partials of each half into halves[0] / [1]); else each warp over the 64 lanes (two a
     // thread), warp w's chains over its rows (every row, or at eight rows (TILE) half of them: warps w and w + 8
@@ -1004,7 +1047,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     // (either form: the early L2 prefetch where it is built, then the wait for this step's weights)
     if (work) {
 #ifdef CL_PREFETCH_EARLY
-      if (pe_fn) prefetch_fn<Q>(pe_fn, pe_nout, b);
+      if (pf.fn) prefetch_fn<Q>(pf.fn, pf.nout, b);
 #endif
       if (wpending) {
         const int k = NWB == 2 ? s & 1 : 0;
@@ -1078,8 +1121,11 @@ __device__ void cluster_cycle(const CArgs& p) {
       else if (t < AW + 10) hdr_s[(s + 1) & 1][t - AW] = (int)nx_w;
       else if (t == AW + 10) ordoff_s[(s + 1) & 1] = (long long)nx_w;
     }
+    arrival(&arr_s[1], dh, true, w);
     __syncthreads();
     dstamp_after(ds, 2, &part[0]);
+    arrival_take(ds, 11, &arr_s[0], 0ull);
+    arrival_take(ds, 14, &arr_s[3], ~0ull);
     // the flag-and-data join (one row group a rank, a fused all-reduce next; CL_COUNTER_JOIN: the counter)
     const bool ll = CL_LL_JOIN && p.ll && p.groups == 1 && s + 1 < p.nsteps && hdr_s[(s + 1) & 1][2];
     const int* nh_ = hdr_s[(s + 1) & 1];  // the next step's header and arguments (stored above)
@@ -1208,10 +1254,7 @@ __device__ void cluster_cycle(const CArgs& p) {
 #else
         cluster_arrive_relaxed();
 #endif
-        if (t == NT - 1) prefetch_partials(pf, p.groups, g, b);
-#ifndef CL_PREFETCH_EARLY
-        if (CL_LOOKAHEAD > 0 && ht == 32 && s + CL_LOOKAHEAD < p.nsteps) prefetch_l2<Q>(p.steps[s + CL_LOOKAHEAD], r, b);
-#endif
+        if (t == NT - 1) prefetches_b<Q>(pf, p.groups, g, b);
         cluster_wait_any();
         if (ht == 0) dstamp(dh, 7);
         const bool bfw = A1.ring.is_bf16;
@@ -1249,10 +1292,7 @@ __device__ void cluster_cycle(const CArgs& p) {
           asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" :: "l"(p.join + s), "l"(1ull) : "memory");
 #endif
         if (s + 1 < p.nsteps) {
-          if (t == NT - 1) prefetch_partials(pf, p.groups, g, b);  // (a helper: nsk <= 4 of 8 or 16 warps)
-#ifndef CL_PREFETCH_EARLY
-          if (CL_LOOKAHEAD > 0 && ht == 32 && s + CL_LOOKAHEAD < p.nsteps) prefetch_l2<Q>(p.steps[s + CL_LOOKAHEAD], r, b);
-#endif
+          if (t == NT - 1) prefetches_b<Q>(pf, p.groups, g, b);  // (a helper: nsk <= 4 of 8 or 16 warps)
           // the fold's first ranks while the join waits (the poller, helper thread 0, takes no part)
           if (work && nh_[2] && ht > 0)
             load_order<Q>(ordg, A1.D, nrow0, nn, L0, ord_s, ht - 1, nh - 1);
@@ -1272,9 +1312,13 @@ __device__ void cluster_cycle(const CArgs& p) {
       }
     }
     if (ll && !helper) cluster_wait_any();
+    arrival(&arr_s[2], dh, true, w);
     __syncthreads();
     dstamp_after(ds, 6, &xs[0][0][CL_LANES - 1]);
+    arrival_take(ds, 12, &arr_s[1], 0ull);
   }
+  if (p.detail && t == 0 && p.nsteps > 0)  // (the last step's end)
+    p.detail[((size_t)(p.nsteps - 1) * gridDim.x + blockIdx.x) * CL_DETAIL + 13] = arr_s[2];
   if (stamper && p.trace) p.trace[p.nsteps] = globaltimer();
   // no block leaves while another may still store into its shared memory (the last exchange)
   cluster_arrive();
