@@ -167,9 +167,9 @@ def profile(drv, rows: int, tp: int, reps: int = 30) -> dict:
         warps = {}
         for name, k in (("first warp after C", 14), ("last warp after C", 11), ("last warp after A", 12),
                         ("last warp at the end", 13)):
-            v = e[:, :, k]
-            warps[name] = {"us_after_start": float(np.median((v & ~np.uint64(31)).astype(np.int64) - st0)) / 1e3,
-                           "warp_counts": np.bincount((v & np.uint64(31)).astype(np.int64).ravel(), minlength=32)[:16].tolist()}
+            v = e[:, :, k].astype(np.int64)
+            warps[name] = {"us_after_start": float(np.median((v & ~31) - st0)) / 1e3,
+                           "warp_counts": np.bincount((v & 31).ravel(), minlength=32)[:16].tolist()}
         warps["weight copy issued"] = {"us_after_start": float(np.median(e[:, :, 15].astype(np.int64) - st0)) / 1e3}
         warps["end stamp"] = {"us_after_start": float(np.median(e[:, :, 6].astype(np.int64) - st0)) / 1e3}
         skew["warps"] = warps
