@@ -83,6 +83,7 @@ def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("defines,rpc", [(d, 2) for d in [
     "CL_NO_JOIN", "CL_NO_FETCH", "CL_FOLD_NOLOAD", "CL_ISOLATE_SK=1", "CL_PREFETCH_EARLY CL_LOOKAHEAD=4",
+    "CL_WARP_STAMPS=1", "CL_C_SKIP", "CL_C_NOSTORE",
     "CL_EVICT_FIRST=0 CL_PART_AHEAD=1", "CL_COUNTER_JOIN", "CL_LL_WORDS=4", "CL_JOIN_RELEASE",
     "CL_JOIN_RELEASE CL_COUNTER_JOIN", "CL_DOT_UNROLL=16", "CL_DOT_SPLIT_ROWS=4", "CL_LL_WORDS=24", "CL_LL_SPLIT=0",
     "CL_LL_WORDS32=8", "CL_DOT_LANES=2", "CL_DOT_LANES=9"]] + [

@@ -44,9 +44,9 @@
 #define CL_LANES (LANES / CL_SIZE)  // lanes of one block: 64, two per thread of a warp
 #define CL_DETAIL 16  // stamps a step: 0 start, 1 stream values, 2 dots, 3 cluster barrier, 4 exchange, 5 Sinkhorn,
                       // 6 end; helper thread 0: 7 join passed, 8 its y stored, 9 its fold done,
-                      // 10 every helper past the join; 11-13 the last warp to reach the block barriers after C, after
-                      // A and at the step's end (time rounded to 32 ns, low 5 bits: the warp), 14 the first warp after
-                      // C, 15 thread 0's weight copy issued
+                      // 10 every helper past the join; 15 thread 0's weight copy issued; CL_WARP_STAMPS builds: 11-13
+                      // the last warp to reach the block barriers after C, after A and at the step's end (time rounded
+                      // to 32 ns, low 5 bits: the warp), 14 the first warp after C
 #define CL_CHAINS 25                // dot-product chains of a row: the sum of squares (0) and 24 outputs (1 + o)
 
 struct CArgs {
@@ -799,7 +799,9 @@ __device__ __forceinline__ void stream_values_of(const MhcArgs& A, int row0, int
 #pragma unroll
     for (int k = 0; k < HC; k++) {
       const bf16_t bv = f2bf(v[k]);
+#ifndef CL_C_NOSTORE  // timing ablation: the stream values not written to global memory (inexact)
       out[(size_t)k * D] = bv;
+#endif
       sv[sl.mi][k * Q + sl.q][sl.l] = bf2f(bv);
     }
   }
@@ -816,14 +818,18 @@ __device__ __forceinline__ void stream_values(const MhcArgs& A, int op, bool car
 // Traced launches: a warp's arrival at a block barrier, kept as the latest (atomicMax) or earliest (atomicMin) of
 // the block's warps in a shared word: the time to 32 ns (%globaltimer's step on the H200) with the warp in the low
 // five bits. The word is read and reset by thread 0 a barrier after its last writer, a barrier before its next.
+#ifndef CL_WARP_STAMPS
+#define CL_WARP_STAMPS 0  // diagnosis builds (1): traced launches record stamps 11-14 (in the default build, with the
+                          // weight copy from another lane, the H200 ran M=2 at 0.563 against 0.542 ms)
+#endif
 __device__ __forceinline__ void arrival(u64* word, bool on, bool latest, int w) {
-  if (!on || (threadIdx.x & 31)) return;
+  if (!CL_WARP_STAMPS || !on || (threadIdx.x & 31)) return;
   const u64 k = (globaltimer() & ~31ull) | (u64)w;
   if (latest) atomicMax(reinterpret_cast<unsigned long long*>(word), k);
   else atomicMin(reinterpret_cast<unsigned long long*>(word), k);
 }
 __device__ __forceinline__ void arrival_take(u64* st, int k, u64* word, u64 reset) {
-  if (!st) return;
+  if (!CL_WARP_STAMPS || !st) return;
   st[k] = *word;
   *word = reset;
 }
@@ -934,6 +940,7 @@ __device__ void cluster_cycle(const CArgs& p) {
   const int L0 = b * CL_LANES;
   const bool work = p.mode == 0;
   const bool stamper = cid == 0 && b == 0 && t == 0;
+  const bool fetcher = t == 0;  // the thread that requests the block's weights
   const bool skipper = cid == (int)gridDim.x / CL_SIZE - 1;
   const u64 target = p.tag * (u64)gridDim.x;
   unsigned wphase = 0;  // bit k: the parity of buffer k's next wait
@@ -957,8 +964,8 @@ __device__ void cluster_cycle(const CArgs& p) {
     int row0, nrows;
     rows_of(st.rows, p.groups, g, row0, nrows);
     if (work) {
-      if (t == 0) fetch_weights<Q>(p, 0, st.nout, r, L0, wsm, &wbar[0]);
-      if (NWB == 2 && t == 0 && p.nsteps > 1) nout_next = p.steps[1].nout;
+      if (fetcher) fetch_weights<Q>(p, 0, st.nout, r, L0, wsm, &wbar[0]);
+      if (NWB == 2 && fetcher && p.nsteps > 1) nout_next = p.steps[1].nout;
       wpending = true;
       if (t == 0)
         for (int k = 1; k < CL_LOOKAHEAD && k < p.nsteps; k++) prefetch_l2<Q>(p.steps[k], r, b);
@@ -984,7 +991,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     // table a step ago, and the one after it is loaded now. First thing in the step, ahead of the step's global
     // loads (the copy's proxy fence is a MEMBAR.ALL.CTA in SASS, which might wait for loads in flight; measured
     // neutral on the H200: stream values + to next step 1.15 -> 1.18 us at M=2, thirteenth session)
-    if (NWB == 2 && work && t == 0 && s + 1 < p.nsteps) {
+    if (NWB == 2 && work && fetcher && s + 1 < p.nsteps) {
       fetch_weights<Q>(p, s + 1, nout_next, r, L0, wsm + ((s + 1) & 1) * WSZ, &wbar[(s + 1) & 1]);
       nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;
       dstamp(ds, 15);
@@ -1034,7 +1041,9 @@ __device__ void cluster_cycle(const CArgs& p) {
     const int npieces = (nrows * CL_CHAINS + 3) / 4;
     if (t == 0) mbar_expect(&xbar[buf], CL_SIZE * npieces * 16);
     // C: stream values of this step for the block's columns
+#ifndef CL_C_SKIP  // timing ablation: no stream values at all (inexact)
     if (work) stream_values<Q>(A, op, carried, row0, nrows, L0, xs, sv, pc, t, NT);
+#endif
     arrival(&arr_s[0], dh, true, w);
     arrival(&arr_s[3], dh, false, w);
     __syncthreads();
@@ -1181,7 +1190,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     // would wait for the whole copy)
 #ifndef CL_NO_FETCH  // timing ablation: the first step's weights stay (inexact)
     wpending = work && s + 1 < p.nsteps;  // (two buffers: the copy was requested at this step's start)
-    if (NWB == 1 && wpending && t == 0) fetch_weights<Q>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, &wbar[0]);
+    if (NWB == 1 && wpending && fetcher) fetch_weights<Q>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, &wbar[0]);
 #else
     wpending = false;
 #endif
@@ -1317,7 +1326,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     dstamp_after(ds, 6, &xs[0][0][CL_LANES - 1]);
     arrival_take(ds, 12, &arr_s[1], 0ull);
   }
-  if (p.detail && t == 0 && p.nsteps > 0)  // (the last step's end)
+  if (CL_WARP_STAMPS && p.detail && t == 0 && p.nsteps > 0)  // (the last step's end)
     p.detail[((size_t)(p.nsteps - 1) * gridDim.x + blockIdx.x) * CL_DETAIL + 13] = arr_s[2];
   if (stamper && p.trace) p.trace[p.nsteps] = globaltimer();
   // no block leaves while another may still store into its shared memory (the last exchange)
