@@ -991,7 +991,11 @@ __device__ void cluster_cycle(const CArgs& p) {
     // table a step ago, and the one after it is loaded now. First thing in the step, ahead of the step's global
     // loads (the copy's proxy fence is a MEMBAR.ALL.CTA in SASS, which might wait for loads in flight; measured
     // neutral on the H200: stream values + to next step 1.15 -> 1.18 us at M=2, thirteenth session)
+#ifdef CL_NO_FETCH  // (timing ablation, below: no copy after the first step's)
+    if (false) {
+#else
     if (NWB == 2 && work && fetcher && s + 1 < p.nsteps) {
+#endif
       fetch_weights<Q>(p, s + 1, nout_next, r, L0, wsm + ((s + 1) & 1) * WSZ, &wbar[(s + 1) & 1]);
       nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;
       dstamp(ds, 15);
@@ -1064,7 +1068,11 @@ __device__ void cluster_cycle(const CArgs& p) {
         wphase ^= 1u << k;
       }
     }
+#ifdef CL_NO_FETCH
+    const float* const wcur = wsm;  // (the first step's weights, every step: finite values)
+#else
     const float* const wcur = wsm + (NWB == 2 ? (s & 1) * WSZ : 0);  // this step's weights
+#endif
     if constexpr (BY_LANES) {
       if (work) dots_by_lanes<Q, RPC, PS>(wcur, sv, nrows, nout, w, lane, halves);
     } else {
@@ -1188,7 +1196,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     // every warp of this block is past its dot products: the next step's weights may land in wsm (the copy
     // issued by thread 0, which waits for no gpu-scope fence before it lands: a helper's rank barrier
     // would wait for the whole copy)
-#ifndef CL_NO_FETCH  // timing ablation: the first step's weights stay (inexact)
+#ifndef CL_NO_FETCH  // timing ablation: the first step's weights stay, no copy at all after them (inexact)
     wpending = work && s + 1 < p.nsteps;  // (two buffers: the copy was requested at this step's start)
     if (NWB == 1 && wpending && fetcher) fetch_weights<Q>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, &wbar[0]);
 #else
