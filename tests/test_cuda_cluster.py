@@ -284,3 +284,40 @@ def test_mix_scale_division_by_n_is_the_multiplication_by_its_reciprocal(seed, q
         div, mul = ss / n, ss * (np.float32(1) / n)
     same = (div.view(np.uint32) == mul.view(np.uint32)) | (np.isnan(div) & np.isnan(mul))
     assert same.all()
+
+
+def test_rank_barrier_window_issues_prefetches_without_waiting_for_a_load(tmp_path, monkeypatch):
+    """Between a helper's arrival at the rank's barrier and its wait (UCGABAR_ARV .. UCGABAR_WAIT in SASS) the block's
+    prefetches are issued, and no load may be there: its register is used at once (the address of a prefetch loaded
+    in that window stalled a helper warp ahead of its publish, an L2 round trip every step, until the addresses were
+    loaded at the step's start)."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
+    import shutil
+    import subprocess
+    import sysconfig
+    from pathlib import Path
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
+    tool = shutil.which("nvdisasm") or str(Path(sysconfig.get_paths()["purelib"]) / "nvidia" / "cu13" / "bin" / "nvdisasm")
+    if not Path(tool).exists():
+        pytest.fail("nvdisasm missing: the test extra installs nvidia-cuda-nvdisasm")
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    src, entry = source(4, 2, 512)
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu"))
+    text = subprocess.run([tool, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    ops = [ln.split("*/")[-1].strip() for ln in text.splitlines() if "/*" in ln and "*/" in ln]
+    windows, cur = [], None
+    for op in ops:
+        name = op.split()[1] if op.startswith("@") and len(op.split()) > 1 else (op.split()[0] if op else "")
+        if name == "UCGABAR_ARV":
+            cur = []
+        elif name == "UCGABAR_WAIT" and cur is not None:
+            windows.append(cur)
+            cur = None
+        elif cur is not None:
+            cur.append(name)
+    with_prefetch = [w for w in windows if any(n.startswith("UBLKPF") for n in w)]
+    assert with_prefetch, "the prefetches are no longer issued inside the rank's barrier"
+    for w in windows:
+        loads = [n for n in w if n.startswith(("LDG", "LD.")) or n == "LD"]
+        assert not loads, loads
