@@ -949,7 +949,7 @@ __device__ void cluster_cycle(const CArgs& p) {
   {
     u64* const bars[4] = {&wbar[0], &wbar[1], &xbar[0], &xbar[1]};
     init_cluster_mbarriers(bars, 4);
-    if (t < 4) arr_s[t] = t == 3 ? ~0ull : 0ull;
+    if (CL_WARP_STAMPS && t < 4) arr_s[t] = t == 3 ? ~0ull : 0ull;
   }
 
   // prologue: step 0's arguments, x and weights
