@@ -889,6 +889,10 @@ __device__ __forceinline__ float mix_scale(float ss, float eps) { return recip_r
 #ifndef CL_WBUF2_RPC
 #define CL_WBUF2_RPC 2  // (with more rows the static shared memory leaves no room for a second 96 KiB)
 #endif
+#ifndef CL_FETCH_IN_B
+#define CL_FETCH_IN_B 0  // (two buffers) the copy of step s + 2 requested by thread 0 at the end of its part of B in step
+#endif                   // s instead of step s + 1's at the start of step s: off warp 0's way to the end of C, where
+                         // the request took 0.26 us a step (H200, fourteenth session); not measured yet
 // Weight buffers of a build: two (CL_WBUF2) or one.
 template <int RPC>
 __host__ __device__ constexpr int cl_wbufs() { return CL_WBUF2 && RPC <= CL_WBUF2_RPC ? 2 : 1; }
@@ -966,6 +970,10 @@ __device__ void cluster_cycle(const CArgs& p) {
     if (work) {
       if (fetcher) fetch_weights<Q>(p, 0, st.nout, r, L0, wsm, &wbar[0]);
       if (NWB == 2 && fetcher && p.nsteps > 1) nout_next = p.steps[1].nout;
+      if (NWB == 2 && CL_FETCH_IN_B && fetcher && p.nsteps > 1) {  // (step 1 now, the later ones in B two steps before)
+        fetch_weights<Q>(p, 1, nout_next, r, L0, wsm + WSZ, &wbar[1]);
+        nout_next = p.nsteps > 2 ? p.steps[2].nout : 0;
+      }
       wpending = true;
       if (t == 0)
         for (int k = 1; k < CL_LOOKAHEAD && k < p.nsteps; k++) prefetch_l2<Q>(p.steps[k], r, b);
@@ -994,7 +1002,7 @@ __device__ void cluster_cycle(const CArgs& p) {
 #ifdef CL_NO_FETCH  // (timing ablation, below: no copy after the first step's)
     if (false) {
 #else
-    if (NWB == 2 && work && fetcher && s + 1 < p.nsteps) {
+    if (NWB == 2 && !CL_FETCH_IN_B && work && fetcher && s + 1 < p.nsteps) {
 #endif
       fetch_weights<Q>(p, s + 1, nout_next, r, L0, wsm + ((s + 1) & 1) * WSZ, &wbar[(s + 1) & 1]);
       nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;
@@ -1327,6 +1335,13 @@ __device__ void cluster_cycle(const CArgs& p) {
           }
         }
       }
+    }
+    // CL_FETCH_IN_B: step s + 2's weights requested into this step's buffer (its readers, A's dot products, are
+    // past the block barrier after A, where every thread had waited for it) once thread 0's part of B is done
+    if (NWB == 2 && CL_FETCH_IN_B && work && fetcher && s + 2 < p.nsteps) {
+      fetch_weights<Q>(p, s + 2, nout_next, r, L0, wsm + (s & 1) * WSZ, &wbar[s & 1]);
+      nout_next = s + 3 < p.nsteps ? p.steps[s + 3].nout : 0;
+      dstamp(ds, 15);
     }
     if (ll && !helper) cluster_wait_any();
     arrival(&arr_s[2], dh, true, w);
