@@ -120,3 +120,15 @@ def test_bad_flash_options_are_one_line_and_exit_2(args, says):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and says in r.stderr, r.stderr
+
+
+@given(eps=st.floats(min_value=1e-12, max_value=1e-2, allow_nan=False))
+@settings(max_examples=25, deadline=None)
+def test_the_shell_mhc_reads_the_norm_epsilon_of_the_installed_transformers(eps):
+    """transformers 5.25 renamed the unweighted RMSNorm's `eps` to `variance_epsilon`; the shell's mHC (the reference
+    service's `--mhc shell`) reads whichever the installed release has, and the value the module was built with."""
+    from types import SimpleNamespace
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4UnweightedRMSNorm
+    from decoder_shell.capture.reference.mhc_shell import _norm_eps
+    assert _norm_eps(DeepseekV4UnweightedRMSNorm(eps=eps)) == eps
+    assert _norm_eps(SimpleNamespace(eps=eps)) == eps  # (the attribute of the releases before 5.25)

@@ -15,8 +15,14 @@ from ...contracts.mhc import MhcParams
 from ..tensors import to_numpy, to_torch
 
 
+def _norm_eps(norm) -> float:
+    """The unweighted RMSNorm's epsilon: `eps` up to transformers 5.24, `variance_epsilon` from 5.25."""
+    eps = getattr(norm, "eps", None)
+    return norm.variance_epsilon if eps is None else eps
+
+
 def _params(module, eps) -> MhcParams:
-    return MhcParams(hc_eps=eps, norm_eps=module.input_norm.eps,
+    return MhcParams(hc_eps=eps, norm_eps=_norm_eps(module.input_norm),
                      sinkhorn_iters=getattr(module, "hc_sinkhorn_iters", 20))
 
 
