@@ -292,19 +292,14 @@ def test_rank_barrier_window_issues_prefetches_without_waiting_for_a_load(tmp_pa
     in that window stalled a helper warp ahead of its publish, an L2 round trip every step, until the addresses were
     loaded at the step's start)."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
-    import shutil
-    import subprocess
-    import sysconfig
-    from pathlib import Path
-    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
-    tool = shutil.which("nvdisasm") or str(Path(sysconfig.get_paths()["purelib"]) / "nvidia" / "cu13" / "bin" / "nvdisasm")
-    if not Path(tool).exists():
-        pytest.fail("nvdisasm missing: the test extra installs nvidia-cuda-nvdisasm")
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin, disassemble
+    from decoder_shell.errors import DriverUnavailable
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
     src, entry = source(4, 2, 512)
-    cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu"))
-    text = subprocess.run([tool, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    try:
+        text = disassemble(compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu"))
+    except DriverUnavailable as e:
+        pytest.fail(str(e))
     ops = [ln.split("*/")[-1].strip() for ln in text.splitlines() if "/*" in ln and "*/" in ln]
     windows, cur = [], None
     for op in ops:

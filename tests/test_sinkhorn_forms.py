@@ -134,18 +134,13 @@ def test_div_by_range_check_sends_the_rest_to_fdiv_rn():
 
 
 def _sass(src: str, tmp_path, monkeypatch) -> str:
-    import shutil
-    import subprocess
-    import sysconfig
-    from pathlib import Path
-    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
-    tool = shutil.which("nvdisasm") or str(Path(sysconfig.get_paths()["purelib"]) / "nvidia" / "cu13" / "bin" / "nvdisasm")
-    if not Path(tool).exists():
-        pytest.fail("nvdisasm missing: the test extra installs nvidia-cuda-nvdisasm")
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin, disassemble
+    from decoder_shell.errors import DriverUnavailable
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
-    cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(compile_cubin(src, "sm_90", EXACT_FLAGS))
-    return subprocess.run([tool, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+    try:
+        return disassemble(compile_cubin(src, "sm_90", EXACT_FLAGS))
+    except DriverUnavailable as e:
+        pytest.fail(str(e))
 
 
 def _float_ops(text: str, kernel: str) -> list[str]:

@@ -9,6 +9,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
+import subprocess
+import sysconfig
+import tempfile
 from pathlib import Path
 
 from ...atomic import write_atomic
@@ -132,3 +136,19 @@ def ptxas_report(source: str, arch: str, flags=EXACT_FLAGS, name: str = "kernels
             if m := re.search(r"(\d+) bytes smem", line):
                 out[entry]["smem"] = int(m.group(1))
     return out
+
+
+def disassemble(cubin: bytes) -> str:
+    """The SASS of a cubin as nvdisasm prints it (-c: code only): nvdisasm from PATH, else the one the
+    nvidia-cuda-nvdisasm wheel (the test extra) puts beside this interpreter's packages. Missing: a
+    DriverUnavailable; a cubin nvdisasm cannot read: a BuildError with its message."""
+    tool = shutil.which("nvdisasm") or str(Path(sysconfig.get_paths()["purelib"]) / "nvidia" / "cu13" / "bin" / "nvdisasm")
+    if not Path(tool).exists():
+        raise DriverUnavailable("nvdisasm not found: the test extra installs nvidia-cuda-nvdisasm")
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "k.cubin"
+        path.write_bytes(cubin)
+        r = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True)
+    if r.returncode:
+        raise BuildError(f"nvdisasm: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+    return r.stdout
