@@ -1,9 +1,9 @@
 """Global loads of the cluster cycle whose value is used within a few instructions, from its SASS (no GPU).
 
 A load the next instructions read stalls its warp for the load's round trip (an L2 hit is ~0.5 us under the
-cycle's traffic): once every step where it sits on a warp's way to a barrier. Two such loads were a fourteenth of
-the H200's step at TP4 (a prefetch's address predicated on a loaded flag at the head of the stream values, and
-another used between the rank's barrier and a publish; docs/BENCHMARKS.md, fourteenth session). This lists every
+cycle's traffic): once every step where it sits on a warp's way to a barrier. Two such loads (a prefetch's address
+predicated on a loaded flag at the head of the stream values, another used between the rank's barrier and a
+publish) cost the H200 ~0.01 ms a cycle at TP4 M=2 and ~0.05 at M=4 (docs/BENCHMARKS.md, fourteenth session). This lists every
 load (LDG, or a generic LD) whose destination register is read within --within instructions, in code order, with
 the instruction that reads it: the poll loads of the fold and the residual's loads of an uncarried step are meant
 to be waited for; anything else is a candidate. Builds with the driver's flags on this machine's NVRTC for sm_90
