@@ -28,8 +28,13 @@ LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 REG = re.compile(r"\bR(\d+)\b")
 
 
-def instructions(sass: str) -> list[tuple[str, str]]:
-    """(offset, instruction) in code order; the predicate guard, if any, stays in front."""
+def instructions(sass: str, entry: str | None = None) -> list[tuple[str, str]]:
+    """(offset, instruction) in code order, of one function (`entry`) or of all; the predicate guard, if any,
+    stays in front."""
+    if entry is not None:
+        head = f".text.{entry}:"
+        sass = sass[sass.index(head) + len(head):]
+        sass = sass[:sass.index(".section")] if ".section" in sass else sass
     return [(m.group(1), m.group(2)) for m in map(LINE.search, sass.splitlines()) if m]
 
 
@@ -78,9 +83,10 @@ def main() -> int:
     args = ap.parse_args()
     src, entry = source(args.q, args.rows, args.threads, args.ranks)
     src = "".join(f"#define {d.replace('=', ' ', 1)}\n" for d in args.defines.split()) + src
-    code = instructions(disassemble(compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")))
+    code = instructions(disassemble(compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")), entry)
     rows = early_uses(code, args.within)
-    print(f"{entry} {args.defines}: {len(code)} instructions, {len(rows)} loads read within {args.within}")
+    print(f"{entry}{' ' + args.defines if args.defines else ''}: {len(code)} instructions, {len(rows)} loads read "
+          f"within {args.within}")
     print("| offset | load | read after | by |\n|---|---|---|---|")
     for off, ins, dist, reader in rows:
         print(f"| {off} | `{ins}` | {dist} | `{reader}` |")
