@@ -889,6 +889,11 @@ __device__ __forceinline__ float mix_scale(float ss, float eps) { return recip_r
 #ifndef CL_WBUF2_RPC
 #define CL_WBUF2_RPC 2  // (with more rows the static shared memory leaves no room for a second 96 KiB)
 #endif
+#ifdef CL_NO_FETCH
+#define CL_FETCHES 0  // timing ablation: the first step's weights stay, every step reads them, no copy after (inexact)
+#else
+#define CL_FETCHES 1
+#endif
 #ifndef CL_FETCH_IN_B
 #define CL_FETCH_IN_B 0  // (two buffers) the copy of step s + 2 requested by thread 0 at the end of its part of B in step
 #endif                   // s instead of step s + 1's at the start of step s: off warp 0's way to the end of C, where
@@ -944,7 +949,8 @@ __device__ void cluster_cycle(const CArgs& p) {
   const int L0 = b * CL_LANES;
   const bool work = p.mode == 0;
   const bool stamper = cid == 0 && b == 0 && t == 0;
-  const bool fetcher = t == 0;  // the thread that requests the block's weights
+  const bool fetcher = t == 0;  // the thread that requests the block's weights (the name kept: ptxas schedules the
+                                // kernel differently with `t == 0` written out, and this schedule is the measured one)
   const bool skipper = cid == (int)gridDim.x / CL_SIZE - 1;
   const u64 target = p.tag * (u64)gridDim.x;
   unsigned wphase = 0;  // bit k: the parity of buffer k's next wait
@@ -999,11 +1005,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     // table a step ago, and the one after it is loaded now. First thing in the step, ahead of the step's global
     // loads (the copy's proxy fence is a MEMBAR.ALL.CTA in SASS, which might wait for loads in flight; measured
     // neutral on the H200: stream values + to next step 1.15 -> 1.18 us at M=2, thirteenth session)
-#ifdef CL_NO_FETCH  // (timing ablation, below: no copy after the first step's)
-    if (false) {
-#else
-    if (NWB == 2 && !CL_FETCH_IN_B && work && fetcher && s + 1 < p.nsteps) {
-#endif
+    if (NWB == 2 && CL_FETCHES && !CL_FETCH_IN_B && work && fetcher && s + 1 < p.nsteps) {
       fetch_weights<Q>(p, s + 1, nout_next, r, L0, wsm + ((s + 1) & 1) * WSZ, &wbar[(s + 1) & 1]);
       nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;
       dstamp(ds, 15);
@@ -1076,11 +1078,7 @@ __device__ void cluster_cycle(const CArgs& p) {
         wphase ^= 1u << k;
       }
     }
-#ifdef CL_NO_FETCH
-    const float* const wcur = wsm;  // (the first step's weights, every step: finite values)
-#else
-    const float* const wcur = wsm + (NWB == 2 ? (s & 1) * WSZ : 0);  // this step's weights
-#endif
+    const float* const wcur = wsm + (NWB == 2 && CL_FETCHES ? (s & 1) * WSZ : 0);  // this step's weights
     if constexpr (BY_LANES) {
       if (work) dots_by_lanes<Q, RPC, PS>(wcur, sv, nrows, nout, w, lane, halves);
     } else {
@@ -1204,12 +1202,8 @@ __device__ void cluster_cycle(const CArgs& p) {
     // every warp of this block is past its dot products: the next step's weights may land in wsm (the copy
     // issued by thread 0, which waits for no gpu-scope fence before it lands: a helper's rank barrier
     // would wait for the whole copy)
-#ifndef CL_NO_FETCH  // timing ablation: the first step's weights stay, no copy at all after them (inexact)
-    wpending = work && s + 1 < p.nsteps;  // (two buffers: the copy was requested at this step's start)
+    wpending = CL_FETCHES && work && s + 1 < p.nsteps;  // (two buffers: the copy was requested before this point)
     if (NWB == 1 && wpending && fetcher) fetch_weights<Q>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, &wbar[0]);
-#else
-    wpending = false;
-#endif
     // B: Sinkhorn warps (two rows each) and helper warps (y, join, the next all-reduce); each thread that
     // splits a mix first waits until every block's partials are in (its own test of the block's mbarrier:
     // no cluster barrier, whose release was a gpu-scope fence behind every store of C, and no block
@@ -1338,7 +1332,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     }
     // CL_FETCH_IN_B: step s + 2's weights requested into this step's buffer (its readers, A's dot products, are
     // past the block barrier after A, where every thread had waited for it) once thread 0's part of B is done
-    if (NWB == 2 && CL_FETCH_IN_B && work && fetcher && s + 2 < p.nsteps) {
+    if (NWB == 2 && CL_FETCHES && CL_FETCH_IN_B && work && fetcher && s + 2 < p.nsteps) {
       fetch_weights<Q>(p, s + 2, nout_next, r, L0, wsm + (s & 1) * WSZ, &wbar[s & 1]);
       nout_next = s + 3 < p.nsteps ? p.steps[s + 3].nout : 0;
       dstamp(ds, 15);
