@@ -292,7 +292,7 @@ def test_rank_barrier_window_issues_prefetches_without_waiting_for_a_load(tmp_pa
     in that window stalled a helper warp ahead of its publish, an L2 round trip every step, until the addresses were
     loaded at the step's start)."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
-    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin, disassemble
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin, disassemble, sass_instructions, sass_opcode
     from decoder_shell.errors import DriverUnavailable
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
     src, entry = source(4, 2, 512)
@@ -300,10 +300,9 @@ def test_rank_barrier_window_issues_prefetches_without_waiting_for_a_load(tmp_pa
         text = disassemble(compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu"))
     except DriverUnavailable as e:
         pytest.fail(str(e))
-    ops = [ln.split("*/")[-1].strip() for ln in text.splitlines() if "/*" in ln and "*/" in ln]
     windows, cur = [], None
-    for op in ops:
-        name = op.split()[1] if op.startswith("@") and len(op.split()) > 1 else (op.split()[0] if op else "")
+    for _, ins in sass_instructions(text, entry):
+        name = sass_opcode(ins)[0]
         if name == "UCGABAR_ARV":
             cur = []
         elif name == "UCGABAR_WAIT" and cur is not None:

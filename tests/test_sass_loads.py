@@ -13,12 +13,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 def _code(src: str, tmp_path, monkeypatch):
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
-    from sass_loads import instructions
-    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin, disassemble
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin, disassemble, sass_instructions
     from decoder_shell.errors import DriverUnavailable
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
     try:
-        return instructions(disassemble(compile_cubin(src, "sm_90", EXACT_FLAGS)))
+        return sass_instructions(disassemble(compile_cubin(src, "sm_90", EXACT_FLAGS)))
     except DriverUnavailable as e:
         pytest.fail(str(e))
 

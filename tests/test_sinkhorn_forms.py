@@ -144,15 +144,14 @@ def _sass(src: str, tmp_path, monkeypatch) -> str:
 
 
 def _float_ops(text: str, kernel: str) -> list[str]:
-    body = text[text.index(f".text.{kernel}:"):]
-    body = body[: body.index("EXIT")]
+    from decoder_shell.drivers.cuda.nvrtc import sass_instructions, sass_opcode
     ops = []
-    for line in body.splitlines():
-        ins = line.split("*/")[-1].strip().rstrip(";").strip()
-        ins = ins[ins.index(" ") + 1:] if ins.startswith("@") else ins
-        name = ins.split(" ")[0] if ins else ""
+    for _, ins in sass_instructions(text, kernel):
+        name, args = sass_opcode(ins)
+        if name == "EXIT":
+            break
         if name.startswith(("MUFU", "FFMA", "FMUL", "FCHK")):
-            ops.append(ins)
+            ops.append(f"{name} {args}")
     return ops
 
 

@@ -22,28 +22,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from decoder_shell.drivers.cuda.cluster_cycle import source  # noqa: E402
-from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin, disassemble  # noqa: E402
+from decoder_shell.drivers.cuda.nvrtc import (EXACT_FLAGS, compile_cubin, disassemble,  # noqa: E402
+                                              sass_instructions, sass_opcode)
 
-LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 REG = re.compile(r"\bR(\d+)\b")
-
-
-def instructions(sass: str, entry: str | None = None) -> list[tuple[str, str]]:
-    """(offset, instruction) in code order, of one function (`entry`) or of all; the predicate guard, if any,
-    stays in front."""
-    if entry is not None:
-        head = f".text.{entry}:"
-        sass = sass[sass.index(head) + len(head):]
-        sass = sass[:sass.index(".section")] if ".section" in sass else sass
-    return [(m.group(1), m.group(2)) for m in map(LINE.search, sass.splitlines()) if m]
-
-
-def opcode(ins: str) -> tuple[str, str]:
-    """The opcode and its operands, past a predicate guard (@P0, @!P1 ...)."""
-    parts = ins.split(None, 1)
-    if parts and parts[0].startswith("@"):
-        parts = parts[1].split(None, 1) if len(parts) > 1 else [""]
-    return parts[0], parts[1] if len(parts) > 1 else ""
 
 
 def early_uses(code: list[tuple[str, str]], within: int) -> list[tuple[str, str, int, str]]:
@@ -51,7 +33,7 @@ def early_uses(code: list[tuple[str, str]], within: int) -> list[tuple[str, str,
     distance, reader). A register written again before any read ends the search."""
     out = []
     for i, (off, ins) in enumerate(code):
-        op, args = opcode(ins)
+        op, args = sass_opcode(ins)
         if not (op.startswith("LDG") or op == "LD" or op.startswith("LD.")):
             continue
         dst = REG.findall(args.split(",")[0])
@@ -60,7 +42,7 @@ def early_uses(code: list[tuple[str, str]], within: int) -> list[tuple[str, str,
         wide = 2 if ".64" in op else 4 if ".128" in op else 1
         regs = {str(int(dst[0]) + k) for k in range(wide)}
         for j in range(i + 1, min(i + 1 + within, len(code))):
-            rop, rargs = opcode(code[j][1])
+            rop, rargs = sass_opcode(code[j][1])
             operands = rargs.split(",")
             stores = rop.startswith(("ST", "RED", "ATOM"))
             read = set(REG.findall(rargs if stores else ",".join(operands[1:])))
@@ -83,7 +65,7 @@ def main() -> int:
     args = ap.parse_args()
     src, entry = source(args.q, args.rows, args.threads, args.ranks)
     src = "".join(f"#define {d.replace('=', ' ', 1)}\n" for d in args.defines.split()) + src
-    code = instructions(disassemble(compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")), entry)
+    code = sass_instructions(disassemble(compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")), entry)
     rows = early_uses(code, args.within)
     print(f"{entry}{' ' + args.defines if args.defines else ''}: {len(code)} instructions, {len(rows)} loads read "
           f"within {args.within}")

@@ -152,3 +152,24 @@ def disassemble(cubin: bytes) -> str:
     if r.returncode:
         raise BuildError(f"nvdisasm: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
     return r.stdout
+
+
+_SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+
+
+def sass_instructions(sass: str, entry: str | None = None) -> list[tuple[str, str]]:
+    """(offset, instruction) of disassemble's text in code order, of one function (`entry`) or of all; an
+    instruction keeps its predicate guard (@P0, @!P1 ...) in front."""
+    if entry is not None:
+        head = f".text.{entry}:"
+        sass = sass[sass.index(head) + len(head):]
+        sass = sass[:sass.index(".section")] if ".section" in sass else sass
+    return [(m.group(1), m.group(2)) for m in map(_SASS_LINE.search, sass.splitlines()) if m]
+
+
+def sass_opcode(ins: str) -> tuple[str, str]:
+    """An instruction's opcode and operands, past its predicate guard."""
+    parts = ins.split(None, 1)
+    if parts and parts[0].startswith("@"):
+        parts = parts[1].split(None, 1) if len(parts) > 1 else [""]
+    return parts[0], parts[1] if len(parts) > 1 else ""
