@@ -73,6 +73,25 @@ def test_the_kernel_refuses_to_build_with_less_dynamic_shared_memory_than_it_add
         compile_cubin(short, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
 
 
+@pytest.mark.parametrize("q", [1, 2, 4])
+def test_the_weights_box_is_the_hosts(q, tmp_path, monkeypatch):
+    """The kernel's compile-time tensor-map box (cl_box_rows: how many copies a step's weights take, and
+    where each lands) is asserted equal to the box the host encodes the maps with: a host box one row
+    short does not build."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
+    from decoder_shell.drivers.cuda import cluster_cycle as cc
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
+    from decoder_shell.errors import BuildError
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    box = cc.box_rows(q)
+    assert box <= 256 and (24 * 4 * q) % box == 0  # a box dimension is at most 256; whole boxes a step
+    src, entry = source(q, 2)
+    assert entry.encode() in compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
+    monkeypatch.setattr(cc, "box_rows", lambda q: box - 1)
+    with pytest.raises(BuildError, match="tensor-map box"):
+        compile_cubin(cc.source(q, 2)[0], "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
+
+
 def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
     from decoder_shell.drivers.cuda.nvrtc import FMA_FLAGS, compile_cubin
@@ -87,7 +106,7 @@ def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
     "CL_EVICT_FIRST=0 CL_PART_AHEAD=1", "CL_COUNTER_JOIN", "CL_LL_WORDS=4", "CL_JOIN_RELEASE",
     "CL_JOIN_RELEASE CL_COUNTER_JOIN", "CL_DOT_UNROLL=16", "CL_DOT_SPLIT_ROWS=4", "CL_LL_WORDS=24", "CL_LL_SPLIT=0",
     "CL_LL_WORDS32=8", "CL_DOT_LANES=2", "CL_DOT_LANES=9"]] + [
-    (d, r) for d in ["CL_WBUF2=0", "CL_WBUF2=1 CL_WBUF2_RPC=1", "CL_FETCH_IN_B=1"] for r in (1, 2)] + [(d, 8) for d in [
+    (d, r) for d in ["CL_WBUF2=0", "CL_WBUF2=1 CL_WBUF2_RPC=1"] for r in (1, 2)] + [(d, 8) for d in [
     "CL_DOT_LANES=9", "CL_DOT_LANES=9 CL_DOT_TILE=0", "CL_LANES_UNROLL=2", "CL_WBUF2=0"]])
 def test_every_tuning_and_timing_define_builds(defines, rpc, tmp_path, monkeypatch):
     """The defines tools/gpu_cluster.sh VARIANTS take: a tuning run on the GPU must not find a build error

@@ -66,8 +66,6 @@ struct CArgs {
   const u64* tmaps;                // [nsteps][ranks][16]: each step's weights as a 2-D tensor map (rows o*4Q+u)
   const unsigned char* order;      // the all-reduces' first rank per element (contracts.allreduce.rank_order)
   const long long* order_off;      // [nsteps]: where step s's [rows * D] bytes start in `order`
-  int box_rows;                    // rows of one tensor-map box (the weights come in nout*4Q / box_rows boxes)
-  int pad2_;
   u64* ll;                         // null, or [2][ranks][ll_stride] flag-and-data words of the all-reduces (ll_join)
   long long ll_stride;             // words of one rank's region: the most rows of a step x D
   unsigned ll_seq0;                // the sequence number step 0's words carry (s: ll_seq0 + s; never 0)
@@ -169,23 +167,34 @@ __device__ __forceinline__ u64 weight_policy() {
   return pol;
 }
 
+// Rows of one tensor-map box: at most 192 (a box dimension is at most 256), so a step's 24 x 4Q rows come in
+// 2 boxes at Q = 4 (the host encodes the maps with cluster_cycle.py's box_rows, which the build asserts equal).
+template <int Q>
+__host__ __device__ constexpr int cl_box_rows() { return 96 * Q < 192 ? 96 * Q : 192; }
+
 // This block's weights of step s (rank r) into shared memory by the copy engine: the step's tensor map
-// views fn [nout][4Q*1024] as rows o*4Q+u of 1024 lanes, and each box is box_rows rows of the block's 64
-// lanes, landing as wsm[o][u][64]; completion on the block's mbarrier. One thread issues nout*4Q/box_rows
-// copies (per-lane bulk copies were issued one lane at a time through uniform registers, ~500
-// instructions a warp a step on the critical path; per-thread loads of 96 KiB stalled it behind them).
+// views fn [nout][4Q*1024] as rows o*4Q+u of 1024 lanes, and each box is cl_box_rows rows of the block's 64
+// lanes, landing as wsm[o][u][64]; completion on the block's mbarrier. One thread issues the step's boxes
+// (per-lane bulk copies were issued one lane at a time through uniform registers, ~500 instructions a warp
+// a step on the critical path; per-thread loads of 96 KiB stalled it behind them); the box count by a
+// compile-time box (the host's box in a kernel argument cost an integer division and a rolled loop).
 template <int Q>
 __device__ __forceinline__ void fetch_weights(const CArgs& p, int s, int nout, int r, int L0, float* wsm, u64* bar) {
+  constexpr int BOX = cl_box_rows<Q>();
   const unsigned char* tm = (const unsigned char*)(p.tmaps + ((size_t)s * p.ranks + r) * 16);
-  const int rows = nout * HC * Q, boxes = (rows + p.box_rows - 1) / p.box_rows;
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // every warp's reads of wsm came first
+  const int rows = nout * HC * Q, boxes = (rows + BOX - 1) / BOX;
+  // every warp's reads of wsm came first (without the fence, which the PTX memory model asks for here: no faster,
+  // H200 TP4 M=1/2 0.472 / 0.522 ms against 0.462 / 0.525, fifteenth session)
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   mbar_expect(bar, rows * CL_LANES * 4);
   const u64 pol = weight_policy();
-  for (int k = 0; k < boxes; k++)
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
-                 " [%0], [%1, {%2, %3}], [%4], %5;"
-                 :: "r"(smem_addr(wsm + (size_t)k * p.box_rows * CL_LANES)), "l"(tm), "r"(L0), "r"(k * p.box_rows),
-                    "r"(smem_addr(bar)), "l"(pol) : "memory");
+#pragma unroll
+  for (int k = 0; k < (24 * HC * Q + BOX - 1) / BOX; k++)
+    if (k < boxes)
+      asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+                   " [%0], [%1, {%2, %3}], [%4], %5;"
+                   :: "r"(smem_addr(wsm + (size_t)k * BOX * CL_LANES)), "l"(tm), "r"(L0), "r"(k * BOX),
+                      "r"(smem_addr(bar)), "l"(pol) : "memory");
 }
 
 // This block's 1/16 of rank r's weights (fn, nout outputs) into L2 (one bulk prefetch by the copy engine).
@@ -894,10 +903,6 @@ __device__ __forceinline__ float mix_scale(float ss, float eps) { return recip_r
 #else
 #define CL_FETCHES 1
 #endif
-#ifndef CL_FETCH_IN_B
-#define CL_FETCH_IN_B 0  // (two buffers) the copy of step s + 2 requested by thread 0 at the end of its part of B in step
-#endif                   // s instead of step s + 1's at the start of step s: off warp 0's way to the end of C, where
-                         // the request took 0.26 us a step (H200, fourteenth session); not measured yet
 // Weight buffers of a build: two (CL_WBUF2) or one.
 template <int RPC>
 __host__ __device__ constexpr int cl_wbufs() { return CL_WBUF2 && RPC <= CL_WBUF2_RPC ? 2 : 1; }
@@ -976,10 +981,6 @@ __device__ void cluster_cycle(const CArgs& p) {
     if (work) {
       if (fetcher) fetch_weights<Q>(p, 0, st.nout, r, L0, wsm, &wbar[0]);
       if (NWB == 2 && fetcher && p.nsteps > 1) nout_next = p.steps[1].nout;
-      if (NWB == 2 && CL_FETCH_IN_B && fetcher && p.nsteps > 1) {  // (step 1 now, the later ones in B two steps before)
-        fetch_weights<Q>(p, 1, nout_next, r, L0, wsm + WSZ, &wbar[1]);
-        nout_next = p.nsteps > 2 ? p.steps[2].nout : 0;
-      }
       wpending = true;
       if (t == 0)
         for (int k = 1; k < CL_LOOKAHEAD && k < p.nsteps; k++) prefetch_l2<Q>(p.steps[k], r, b);
@@ -1004,8 +1005,11 @@ __device__ void cluster_cycle(const CArgs& p) {
     // products of step s - 1, finished before that step's block barrier after A); nout_next came from the step
     // table a step ago, and the one after it is loaded now. First thing in the step, ahead of the step's global
     // loads (the copy's proxy fence is a MEMBAR.ALL.CTA in SASS, which might wait for loads in flight; measured
-    // neutral on the H200: stream values + to next step 1.15 -> 1.18 us at M=2, thirteenth session)
-    if (NWB == 2 && CL_FETCHES && !CL_FETCH_IN_B && work && fetcher && s + 1 < p.nsteps) {
+    // neutral on the H200: stream values + to next step 1.15 -> 1.18 us at M=2, thirteenth session). Requested
+    // in B instead (step s + 2's into step s's buffer), by thread 0 after its Sinkhorn M=1/2 ran 0.473 / 0.545 ms,
+    // by a helper beside B's prefetches 0.532 / 0.616 (the copy slowed the fold, 1.6 -> 2.7 us), against 0.462 /
+    // 0.525 here (fifteenth session): both removed
+    if (NWB == 2 && CL_FETCHES && work && fetcher && s + 1 < p.nsteps) {
       fetch_weights<Q>(p, s + 1, nout_next, r, L0, wsm + ((s + 1) & 1) * WSZ, &wbar[(s + 1) & 1]);
       nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;
       dstamp(ds, 15);
@@ -1329,13 +1333,6 @@ __device__ void cluster_cycle(const CArgs& p) {
           }
         }
       }
-    }
-    // CL_FETCH_IN_B: step s + 2's weights requested into this step's buffer (its readers, A's dot products, are
-    // past the block barrier after A, where every thread had waited for it) once thread 0's part of B is done
-    if (NWB == 2 && CL_FETCHES && CL_FETCH_IN_B && work && fetcher && s + 2 < p.nsteps) {
-      fetch_weights<Q>(p, s + 2, nout_next, r, L0, wsm + (s & 1) * WSZ, &wbar[s & 1]);
-      nout_next = s + 3 < p.nsteps ? p.steps[s + 3].nout : 0;
-      dstamp(ds, 15);
     }
     if (ll && !helper) cluster_wait_any();
     arrival(&arr_s[2], dh, true, w);

@@ -49,7 +49,7 @@ class CArgs(C.Structure):
                 ("timeout_ns", S.A.u64), ("trace", S.A.u64), ("detail", S.A.u64), ("tag", S.A.u64),
                 ("rank0", C.c_int), ("nlocal", C.c_int), ("groups", C.c_int), ("mode", C.c_int),
                 ("skip_step", C.c_int), ("pad_", C.c_int), ("tmaps", S.A.u64), ("order", S.A.u64),
-                ("order_off", S.A.u64), ("box_rows", C.c_int), ("pad2_", C.c_int), ("ll", S.A.u64),
+                ("order_off", S.A.u64), ("ll", S.A.u64),
                 ("ll_stride", C.c_longlong), ("ll_seq0", C.c_uint), ("pad3_", C.c_int)]
 
 
@@ -71,12 +71,19 @@ def dyn_smem_bytes(q: int, rpc: int = max(RPC_BUILDS)) -> int:
     return 4 * (wb * 24 * 4 * q * (1024 // CL_SIZE) + 2 * CL_SIZE * (-(-rows * 25 // 4) * 4))
 
 
+def box_rows(q: int) -> int:
+    """Rows of one tensor-map box of a step's weights (a box dimension is at most 256): the kernel's
+    compile-time cl_box_rows, asserted equal where the kernel is built."""
+    return min(24 * 4 * q, 192)
+
+
 def source(q: int, rpc: int, threads: int = THREADS, ranks: int = 4) -> tuple[str, str]:
     """The kernel for hidden size 1024q, rpc rows a cluster, `threads` a block and a cycle of `ranks`
     ranks (the all-reduce fold is unrolled over exactly the ranks it reads: its loads are issued
     together, and no code is spent on the ranks a cycle does not have)."""
     entry = f"cluster_q{q}_r{rpc}_t{threads}_n{ranks}"
     wrapper = (f'static_assert(cl_dyn_smem<{q}, {rpc}>() <= {dyn_smem_bytes(q, rpc)}, "dynamic shared memory");\n'
+               f'static_assert(cl_box_rows<{q}>() == {box_rows(q)}, "the host\'s tensor-map box");\n'
                f'extern "C" __global__ void __launch_bounds__({threads}, 1) {entry}(const CArgs p) '
                f'{{ cluster_cycle<{q}, {rpc}, {threads}, {ranks}>(p); }}\n')
     # the Sinkhorn loop unrolled, the largest build's fold over more than 4 ranks spills at 512 threads
@@ -226,11 +233,11 @@ class ClusterSession(PersistentSession):
 
     def _tables(self, table, q: int):
         """Device tables the kernel reads: one 2-D tensor map per (step, rank) over its weights (rows
-        o*4Q + u of 1024 lanes, boxes of box_rows rows x 64 lanes), and per step the first rank of every
+        o*4Q + u of 1024 lanes, boxes of box_rows(q) rows x 64 lanes), and per step the first rank of every
         element's all-reduce fold (contracts.allreduce.rank_order, the contract itself)."""
         cu, b, cycle = self.cu, self.cu.bindings, self.cycle
         R = cycle.ranks
-        self.box_rows = min(24 * 4 * q, 192)
+        box = box_rows(q)
         maps = np.zeros((len(self.plan), R, 16), dtype=np.uint64)
         for k in range(len(self.plan)):
             rows = table[k].nout * 4 * q
@@ -238,7 +245,7 @@ class ClusterSession(PersistentSession):
                 tm = cu.cuTensorMapEncodeTiled(
                     b.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, table[k].mh[r].fn,
                     [b.cuuint64_t(1024), b.cuuint64_t(rows)], [b.cuuint64_t(1024 * 4)],
-                    [b.cuuint32_t(1024 // CL_SIZE), b.cuuint32_t(min(self.box_rows, rows))], [b.cuuint32_t(1), b.cuuint32_t(1)],
+                    [b.cuuint32_t(1024 // CL_SIZE), b.cuuint32_t(min(box, rows))], [b.cuuint32_t(1), b.cuuint32_t(1)],
                     b.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, b.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
                     b.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                     b.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
@@ -298,7 +305,7 @@ class ClusterSession(PersistentSession):
         p.tag = self.tag + 1
         p.rank0, p.nlocal, p.groups = 0, self.cycle.ranks, self.groups
         p.mode, p.skip_step = mode, self.skip_step
-        p.tmaps, p.order, p.order_off, p.box_rows = self.maps_ptr, self.order_ptr, self.order_off_ptr, self.box_rows
+        p.tmaps, p.order, p.order_off = self.maps_ptr, self.order_ptr, self.order_off_ptr
         if self.ll_seq + len(self.plan) >= LL_SEQ_END:  # a number would pass 16 bits: the words start again from zero
             self.cu.cuMemsetD8Async(self.ll, 0, self.ll_bytes, self.stream)
             self.ll_seq = 1
