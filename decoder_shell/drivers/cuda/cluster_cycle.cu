@@ -228,16 +228,18 @@ __device__ __forceinline__ void rows_of(int rows, int groups, int g, int& row0, 
 struct Slot {
   int mi, q, l, col;
 };
+// (i >= 0: unsigned, the divisions by powers of two are shifts and masks, no sign fix-ups)
 template <int Q>
 __device__ __forceinline__ Slot slot_of(int i, int L0) {
-  const int q = (i / CL_LANES) % Q, l = i % CL_LANES;
-  return Slot{i / (Q * CL_LANES), q, l, L0 + l + q * LANES};
+  const unsigned u = (unsigned)i, q = (u / CL_LANES) % Q, l = u % CL_LANES;
+  return Slot{(int)(u / (Q * CL_LANES)), (int)q, (int)l, L0 + (int)(l + q * LANES)};
 }
-// Element i of the block's slice of a step whose rows start at row0: its index in a [rows][D] buffer.
+// Element i of the block's slice of a step whose rows start at row0: its index in a [rows][D] buffer
+// (D = Q x 1024: the build's hidden size, check_cycle's).
 template <int Q>
-__device__ __forceinline__ size_t elem_of(int i, int L0, int row0, int D) {
+__device__ __forceinline__ size_t elem_of(int i, int L0, int row0) {
   const Slot sl = slot_of<Q>(i, L0);
-  return (size_t)(row0 + sl.mi) * D + sl.col;
+  return (size_t)(row0 + sl.mi) * (Q * LANES) + sl.col;
 }
 // The rank of the fold's next step: the ring's direction (+1 or -1) with wrap-around over R ranks.
 template <int R>
@@ -317,7 +319,7 @@ __device__ __forceinline__ void fold_ranks(const MhcArgs& a, const unsigned char
 #pragma unroll
     for (int k = 0; k < B; k++) {
       const int i = i0 + k * nt;
-      e[k] = elem_of<Q>(i < n ? i : i0, L0, row0, a.D);  // (past the end: element i0's loads again, unused)
+      e[k] = elem_of<Q>(i < n ? i : i0, L0, row0);  // (past the end: element i0's loads again, unused)
       load_ranks<BF, R>(a, ord[i < n ? i : i0], e[k], raw[k]);
     }
 #pragma unroll
@@ -348,7 +350,7 @@ __device__ __forceinline__ void fold_x(const MhcArgs& a, int fused, const unsign
 #pragma unroll
     for (int k = 0; k < B; k++) {
       const int i = i0 + k * nt;
-      v[k] = ld(a.x, elem_of<Q>(i < n ? i : i0, L0, row0, a.D), a.x_is_bf16);
+      v[k] = ld(a.x, elem_of<Q>(i < n ? i : i0, L0, row0), a.x_is_bf16);
     }
 #pragma unroll
     for (int k = 0; k < B; k++) {
@@ -489,7 +491,7 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const typename Word<BF
     for (int k = 0; k < B; k++) {
       const int j = j0 + k, i = it + j * nt;
       const bool on = j < NE && i < n;  // (otherwise element j0's words again, unused)
-      e[k] = (int)elem_of<Q>(on ? i : it + j0 * nt, L0, row0, a.D);
+      e[k] = (int)elem_of<Q>(on ? i : it + j0 * nt, L0, row0);
       int rr = on ? first_of(fp, j < NE ? j : j0) : first_of(fp, j0);
 #pragma unroll
       for (int t = 0; t < R; t++, rr = next_rank<R>(rr, dir)) wv[k][t] = ld_relaxed(ll + rr * stride + e[k]);
@@ -526,7 +528,7 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const typename Word<BF
     }
   }
   for (int i = it + NE * nt; i < n; i += nt) {
-    const int e = (int)elem_of<Q>(i, L0, row0, a.D);
+    const int e = (int)elem_of<Q>(i, L0, row0);
     fold_ll_one<Q, BF, R>(a, ll, stride, seq, e, ordg[e], i, L0, xs, work, err, timeout_ns, step, ok);
   }
 }
@@ -765,7 +767,8 @@ __device__ __forceinline__ void stream_values_of(const MhcArgs& A, int row0, int
                                                  const float (*xs)[Q][CL_LANES], float (*sv)[HC * Q][CL_LANES],
                                                  const float (*pc)[HC + HC * HC], int it, int nt) {
   bf16_t* const streams = A.streams;
-  const int D = A.D, n = nrows * Q * CL_LANES;
+  constexpr int D = Q * LANES;  // (A.D: the build's hidden size)
+  const int n = nrows * Q * CL_LANES;
   const bf16_t* const residual = A.residual;
   const float* const post_in = A.post_in;
   const float* const comb_in = A.comb_in;
@@ -1180,7 +1183,7 @@ __device__ void cluster_cycle(const CArgs& p) {
 #pragma unroll
       for (int j = 0; j < NE; j++) {
         const bool on = ht + j * nh < n1;
-        const size_t e = elem_of<Q>(on ? ht + j * nh : 0, L0, nrow0, A1.D);
+        const size_t e = elem_of<Q>(on ? ht + j * nh : 0, L0, nrow0);
         own[j] = on ? raw_bits(bf, A1.peers[r], e) : 0u;
         firstb[j] = on ? ordg[e] : 0u;
       }
@@ -1188,7 +1191,7 @@ __device__ void cluster_cycle(const CArgs& p) {
 #pragma unroll
       for (int j = 0; j < NES; j++) {
         const int i = nsplit + st_ + j * nsk * 32;
-        firstb[j] = i < n1 ? ordg[elem_of<Q>(i, L0, nrow0, A1.D)] : 0u;
+        firstb[j] = i < n1 ? ordg[elem_of<Q>(i, L0, nrow0)] : 0u;
       }
     }
     // the words of this step's join: [2 parities][R ranks][stride] 64-bit words, then as many 32-bit ones (bf16)
@@ -1266,7 +1269,7 @@ __device__ void cluster_cycle(const CArgs& p) {
           v = ADD(v, MUL(pre_s[mi][1], sv[mi][1 * Q + q][l]));
           v = ADD(v, MUL(pre_s[mi][2], sv[mi][2 * Q + q][l]));
           v = ADD(v, MUL(pre_s[mi][3], sv[mi][3 * Q + q][l]));
-          A.y[(size_t)(row0 + mi) * A.D + sl.col] = f2bf(v);
+          A.y[(size_t)(row0 + mi) * (Q * LANES) + sl.col] = f2bf(v);
         }
         if (ht == 0) dstamp(dh, 8);
       }
@@ -1285,10 +1288,10 @@ __device__ void cluster_cycle(const CArgs& p) {
 #pragma unroll
           for (int j = 0; j < NE; j++) {
             if (ht + j * nh >= n1) continue;
-            publish_word(bfw, ll32, ll64, elem_of<Q>(ht + j * nh, L0, nrow0, A1.D) + (size_t)r * p.ll_stride, seq, own[j]);
+            publish_word(bfw, ll32, ll64, elem_of<Q>(ht + j * nh, L0, nrow0) + (size_t)r * p.ll_stride, seq, own[j]);
           }
           for (int i = ht + NE * nh; i < n1; i += nh) {  // (more elements than NE: none for the built shapes)
-            const size_t e = elem_of<Q>(i, L0, nrow0, A1.D);
+            const size_t e = elem_of<Q>(i, L0, nrow0);
             publish_word(bfw, ll32, ll64, e + (size_t)r * p.ll_stride, seq, raw_bits(bfw, A1.peers[r], e));
           }
         }
