@@ -366,3 +366,15 @@ def test_rank_processes_report_a_worker_failure_in_one_line_and_leave_no_process
     assert msg.startswith("rank ") and "cuda" in msg
     import multiprocessing
     assert multiprocessing.active_children() == []
+
+
+def test_self_check_reports_every_case_as_it_finishes():
+    """self_check's progress callback (tools/cuda_check.py prints a line a case from it) follows each random
+    case with the elements it compared and its mismatches, which add up to the summary's totals."""
+    from decoder_shell.replay.selfcheck import self_check
+    seen = []
+    summary = self_check(get_driver("cpu"), 3, 7, variants=False, progress=lambda *a: seen.append(a))
+    assert [c for c, _, _ in seen] == [0, 1, 2]
+    assert all(n > 0 for _, n, _ in seen)
+    assert sum(n for _, n, _ in seen) == summary["elements_compared"]
+    assert sum(b for _, _, b in seen) == summary["mismatching_elements"] == 0

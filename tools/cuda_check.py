@@ -34,7 +34,11 @@ def main():
     args = ap.parse_args()
     drv = get_driver("cuda", placement="emulated")
     t0 = time.time()
-    summary = self_check(drv, args.cases, args.seed)
+    def case_done(case, n, bad):  # one line a case on stderr: a cold kernel cache makes a case take seconds
+        print(f"cuda_check: case {case + 1}/{args.cases}: {n:,} elements, {bad:,} mismatching, "
+              f"{time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+
+    summary = self_check(drv, args.cases, args.seed, progress=case_done)
     # the deliberately inexact build must be caught
     g = Geometry(preset="random", hidden=4096, layers=1, ranks=2, verify_rows=2, draft_rows=0)
     cyc = build_cycle(g, RingContract())

@@ -106,8 +106,9 @@ def run_case(drv, cyc, values, variants, expected):
     return total, bad
 
 
-def self_check(drv, cases: int, seed: int, variants=True) -> dict:
-    """Random cases on `drv`; variants=False runs only the driver's baseline kernels."""
+def self_check(drv, cases: int, seed: int, variants=True, progress=None) -> dict:
+    """Random cases on `drv`; variants=False runs only the driver's baseline kernels. progress(case, compared,
+    mismatching), where given, follows each case (a case builds its kernels first: seconds each on a cold cache)."""
     rng = np.random.default_rng(seed)
     summary = {"cases": cases, "seed": seed, "elements_compared": 0, "mismatching_elements": 0,
                "mismatches_by_op": Counter(), "variants_used": Counter(), "failures": []}
@@ -120,6 +121,8 @@ def self_check(drv, cases: int, seed: int, variants=True) -> dict:
         summary["variants_used"].update(v.values())
         n, bad = run_case(drv, cyc, values, v, expected)
         summary["elements_compared"] += n
+        if progress:
+            progress(case, n, sum(bad.values()) if bad else 0)
         if bad:
             summary["mismatching_elements"] += sum(bad.values())
             summary["mismatches_by_op"].update(bad)
