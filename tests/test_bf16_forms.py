@@ -35,7 +35,9 @@ def contract_bits(u: np.ndarray) -> np.ndarray:
 def test_the_transliteration_is_the_kernels():
     body = SOURCE[SOURCE.index("bf16_t f2bf_int(float f)"):]
     body = body[:body.index("\n}")]
-    assert "if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)(((u >> 16) & 0x8000u) | 0x7fc0u);" in body
+    assert "if ((u & 0x7fffffffu) > 0x7f800000u) return bf16_nan(f);" in body
+    nan = SOURCE[SOURCE.index("bf16_t bf16_nan(float f)"):].split("\n", 1)[0]
+    assert "(((__float_as_uint(f) >> 16) & 0x8000u) | 0x7fc0u)" in nan
     assert "u += 0x7fffu + ((u >> 16) & 1u);" in body and "return (bf16_t)(u >> 16);" in body
 
 

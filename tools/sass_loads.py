@@ -15,6 +15,7 @@ to be waited for; anything else is a candidate. Builds with the driver's flags o
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -63,8 +64,9 @@ def main() -> int:
     ap.add_argument("--within", type=int, default=24, help="instructions after the load that count as at once")
     ap.add_argument("--defines", default="", help="tuning defines of the cycle, space-separated (CL_X=1 ...)")
     args = ap.parse_args()
+    # the defines as the driver takes them: the build's host side (weight buffers) reads them too
+    os.environ["DECODER_SHELL_CUDA_DEFINES"] = args.defines
     src, entry = source(args.q, args.rows, args.threads, args.ranks)
-    src = "".join(f"#define {d.replace('=', ' ', 1)}\n" for d in args.defines.split()) + src
     code = sass_instructions(disassemble(compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")), entry)
     rows = early_uses(code, args.within)
     print(f"{entry}{' ' + args.defines if args.defines else ''}: {len(code)} instructions, {len(rows)} loads read "

@@ -550,7 +550,7 @@ struct PartFetch {
   int nout;
 };
 __device__ __forceinline__ PartFetch part_fetch(const CArgs& p, int s, int r, int sw) {
-  PartFetch f{nullptr, 0, 0, 0, 0, nullptr, 0};
+  PartFetch f{};
   if (s < p.nsteps) {
     const PStep& st = p.steps[s];
     f.peer = (const char*)st.mh[r].peers[r];
@@ -1047,8 +1047,7 @@ __device__ void cluster_cycle(const CArgs& p) {
       base0 = A.base[(po ? HC : 0) + mv % HC];
     }
     // the prefetches of B (a later step's partial sum and weights): their addresses loaded now, by a helper
-    const PartFetch pf = work && t == NT - 1 ? part_fetch(p, s + CL_PART_AHEAD, r, s + CL_LOOKAHEAD)
-                                             : PartFetch{nullptr, 0, 0, 0, 0, nullptr, 0};
+    const PartFetch pf = work && t == NT - 1 ? part_fetch(p, s + CL_PART_AHEAD, r, s + CL_LOOKAHEAD) : PartFetch{};
     // the next step's arguments and header: loaded into registers now, stored into shared memory after A
     // (the L2 round trip overlaps C and A instead of lengthening the exchange)
     u64 nx_w = 0;

@@ -27,10 +27,12 @@ typedef unsigned short bf16_t;
 typedef unsigned long long u64;
 
 // ---- bf16 (round to nearest even; NaN -> quiet NaN with its sign, as ml_dtypes) -------------------
+// A NaN's bf16: the quiet NaN with its sign (ml_dtypes'), whatever its payload.
+__device__ __forceinline__ bf16_t bf16_nan(float f) { return (bf16_t)(((__float_as_uint(f) >> 16) & 0x8000u) | 0x7fc0u); }
 // The integer form: add half an ulp (and the kept lsb: ties to even), drop the low half; NaN apart.
 __device__ __forceinline__ bf16_t f2bf_int(float f) {
   unsigned u = __float_as_uint(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)(((u >> 16) & 0x8000u) | 0x7fc0u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16_nan(f);
   u += 0x7fffu + ((u >> 16) & 1u);
   return (bf16_t)(u >> 16);
 }
@@ -45,7 +47,7 @@ __device__ __forceinline__ bf16_t f2bf(float f) {
 #if F2BF_CVT
   unsigned short h;
   asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return f != f ? (bf16_t)(((__float_as_uint(f) >> 16) & 0x8000u) | 0x7fc0u) : (bf16_t)h;
+  return f != f ? bf16_nan(f) : (bf16_t)h;
 #else
   return f2bf_int(f);
 #endif
