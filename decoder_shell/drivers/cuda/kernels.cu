@@ -909,7 +909,12 @@ extern "C" __global__ void __launch_bounds__(BLOCK) sinkhorn_kernel(const MhcArg
 // contract's 1024, with 256 threads (two halves splitting the outputs, 12 each; the head's 4 fit in
 // one half). The cross-block part of the lane tree goes through distributed shared memory behind
 // cluster barriers instead of global memory and atomics. Block 0 computes rsqrt and pre, releases
-// the others to collapse y, and computes post and the Sinkhorn comb meanwhile. Needs D = Q*1024.
+// the others to collapse y, and computes post meanwhile; the comb is always the Sinkhorn node's
+// (split_sinkhorn 1, from the mixes left in scratch). Needs D = Q*1024.
+// The Sinkhorn is not compiled in here: with the lanes-fast form inlined in block 0 (never run, the
+// split being set), the H200 hung in this kernel at every D (2026-12-03): block 0's warp 0 split at
+// the block barrier after the mix (lanes 24-31, outside t < NOUT, went through it, the cluster
+// barrier and post; lanes 0-23 came to the barrier after it had completed and waited for ever).
 #define CLUSTER 8
 template <int NOUT, int OP, bool FUSED, int Q>
 __device__ void mhc_cluster(const MhcArgs& a) {
@@ -971,16 +976,9 @@ __device__ void mhc_cluster(const MhcArgs& a) {
       if (t < HC) pre_s[t] = ADD(psigmoid(ADD(MUL(mix, a.scale[0]), a.base[t])), a.hc_eps);
     }
     __syncthreads();
-    cluster_arrive();  // 2: pre is ready; the others collapse while this block finishes post and comb
-    if (OP != OP_POST_HEAD) {
-      if (t < HC) a.post_out[m * HC + t] = MUL(2.0f, psigmoid(ADD(MUL(mix_s[HC + t], a.scale[1]), a.base[HC + t])));
-      if (t < 32 && !a.split_sinkhorn) {
-        const int j = (t >> 2) & 3, k = t & 3;
-        const float lg = ADD(MUL(mix_s[2 * HC + j * HC + k], a.scale[2]), a.base[2 * HC + j * HC + k]);
-        const float c = sinkhorn_lane(lg, j, k, t & ~15u, a.hc_eps, a.sinkhorn_iters);
-        if (t < 16) a.comb_out[(m * HC + j) * HC + k] = c;
-      }
-    }
+    cluster_arrive();  // 2: pre is ready; the others collapse while this block finishes post
+    if (OP != OP_POST_HEAD && t < HC)
+      a.post_out[m * HC + t] = MUL(2.0f, psigmoid(ADD(MUL(mix_s[HC + t], a.scale[1]), a.base[HC + t])));
     cluster_wait();
   } else {
     cluster_arrive();

@@ -78,6 +78,8 @@ class Binder:
         a.M, a.D = rows, g.hidden
         a.sinkhorn_iters = g.mhc.sinkhorn_iters
         a.hc_eps, a.norm_eps = g.mhc.hc_eps, g.mhc.norm_eps
+        # the comb by the Sinkhorn node (1; 2 also finishing the mixes) or in the kernel (0); never 0 for a
+        # cluster kernel with a comb: it has none of its own
         a.split_sinkhorn = (0 if "next_comb" not in outs or var.sinkhorn_inline else 2 if sp.clpre else 1)
         nxt = self.next_mhc.get(cmd.index)
         if nxt is not None and os.environ.get("DECODER_SHELL_CUDA_PREFETCH", "1") != "0":
