@@ -1,6 +1,7 @@
 """CUDA driver: kernels bit-identical to the contracts, replay exact. Skips where no CUDA GPU exists;
 the results measured on a GPU are recorded in docs/BENCHMARKS.md and docs/results/."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +148,38 @@ def test_fused_norm_cycle_bit_exact_on_gpu(hidden):
     values = injected_values(cyc, 17)
     _, bad = run_case(drv, cyc, values, {}, reference(cyc, values))
     assert sum(bad.values()) == 0, bad
+
+
+@pytest.mark.gpu
+def test_every_mhc_variant_on_every_command_it_fits_is_exact_and_ends():
+    """tools/cuda_check.py's sweep (every mHC variant at fixed geometries, one rank to eight, D from 1024
+    to 7168 and 1500) plus the FMA control, in a process of its own: a kernel that never ends fails by
+    the driver's deadline with the case named (exit 4) instead of hanging the tests. The cluster kernel
+    once hung at every D with a Sinkhorn form it never ran (docs/CUDA.md)."""
+    from decoder_shell.replay.selfcheck import sweep_cases
+    _cuda()
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "cuda_check.py"), "--cases", "0"],
+                       capture_output=True, text=True, timeout=900,
+                       env={**os.environ, "DECODER_SHELL_CUDA_DEADLINE_S": "30"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "| sweep mismatching_elements | 0 |" in r.stdout
+    n = sum(1 for _ in sweep_cases())
+    assert f"sweep case {n}/{n}:" in r.stderr  # every case of the sweep ran
+
+
+@pytest.mark.gpu
+def test_a_kernel_that_never_ends_is_one_line_and_exit_4_by_the_deadline(tmp_path):
+    """A user mHC kernel that spins for ever, gated on the shipped corpus with a 3 s deadline: the gate
+    ends with one line naming what did not finish, exit 4, within the test's minute."""
+    _cuda()
+    (tmp_path / "spin.cu").write_text('extern "C" __global__ void spin(int* y) {\n'
+                                      '  volatile int* p = y; while (p[0] != 12345) {}\n}\n')
+    (tmp_path / "spin.json").write_text('{"source": "spin.cu", "entry": "spin", "grid": [1], "block": [32], '
+                                        '"args": ["out:y"], "op": "mhc_post_pre"}')
+    r = subprocess.run([sys.executable, "-m", "decoder_shell.cli", "gate", str(ROOT / "corpus"), "--driver", "cuda",
+                        "--candidate", f"mhc_post_pre=@{tmp_path / 'spin.json'}", "--epochs", "2"],
+                       capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "DECODER_SHELL_CUDA_DEADLINE_S": "3"})
+    assert r.returncode == 4, (r.returncode, r.stderr[-2000:])
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "did not finish within 3 s" in lines[0], r.stderr[-2000:]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from decoder_shell.commands.program import build_cycle
 from decoder_shell.contracts.allreduce import RingContract
@@ -81,7 +83,7 @@ class Ledger:
     CLOSE = {"cuStreamDestroy": "stream", "cuMemFree": "mem", "cuModuleUnload": "module",
              "cuGraphDestroy": "graph", "cuEventDestroy": "event", "cuGraphExecDestroy": "exec",
              "cuIpcCloseMemHandle": "ipc"}
-    QUIET = ("cuMemsetD8", "cuStreamSynchronize", "cuModuleGetFunction", "cuMemcpyHtoD")
+    QUIET = ("cuMemsetD8", "stream_done", "cuModuleGetFunction", "cuMemcpyHtoD")
 
     def __init__(self, images: list):
         self.live: dict[int, str] = {}
@@ -144,3 +146,49 @@ def test_a_build_never_writes_into_the_interpreters_shared_bytes():
     cubin = N.compile_cubin(src, "sm_90")
     assert cubin[:4] == b"\x7fELF"
     assert b" " == space and bytes([32]) == b" " and b" "[0] == 32 and zero == b"\x00"
+
+
+def test_the_sweep_puts_every_mhc_variant_on_commands_the_driver_accepts():
+    """replay.selfcheck's sweep (tools/cuda_check.py runs it first) covers every mHC implementation the
+    cuda driver builds (all but the deliberately inexact fma), each fused-mN on a phase of N rows, and
+    every choice it makes passes the driver's own checks (variants.resolve) on an sm_90 device."""
+    from decoder_shell.drivers.cuda.variants import resolve
+    from decoder_shell.replay.selfcheck import MHC_VARIANTS, sweep_cases
+    built = {n for n, v in VARIANTS.items() if v.target is Target.MHC and v.node is Node.OWN and not v.fma}
+    assert set(MHC_VARIANTS) == built
+    seen = set()
+    for cyc, v in sweep_cases():
+        resolve(cyc, v, rank=None, sm=90)  # raises UsageError on a choice the driver refuses
+        for idx, name in v.items():
+            seen.add(name)
+            if name.startswith("fused-m"):
+                assert cyc.geometry.phase(cyc.commands[idx].boundary.phase).rows == int(name[7:])
+    assert seen == built
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(repr), st.text("0123456789.-+eEinfa x", max_size=8)))
+def test_the_deadline_is_a_positive_number_of_seconds_or_one_line(text):
+    """DECODER_SHELL_CUDA_DEADLINE_S: a positive finite number is taken as it is; anything else is a
+    UsageError naming the variable (exit 2), never a wait without end."""
+    import math
+    import os
+    from decoder_shell.drivers.cuda.api import DEADLINE_S, deadline_s
+    from decoder_shell.errors import UsageError
+    old = os.environ.get("DECODER_SHELL_CUDA_DEADLINE_S")
+    os.environ["DECODER_SHELL_CUDA_DEADLINE_S"] = text
+    try:
+        try:
+            want = float(text) if text else DEADLINE_S
+        except ValueError:
+            want = None
+        if want is not None and want > 0 and math.isfinite(want):
+            assert deadline_s() == want
+        else:
+            with pytest.raises(UsageError, match="DECODER_SHELL_CUDA_DEADLINE_S"):
+                deadline_s()
+    finally:
+        if old is None:
+            os.environ.pop("DECODER_SHELL_CUDA_DEADLINE_S", None)
+        else:
+            os.environ["DECODER_SHELL_CUDA_DEADLINE_S"] = old

@@ -17,6 +17,7 @@ from ..commands.program import build_cycle, reference
 from ..contracts.allreduce import RingContract
 from ..corpus.synth import injected_values
 from ..geometry import Geometry
+from ..errors import ShellError
 from .compare import compare_outputs
 
 SPECIALS = np.array([0.0, -0.0, 1e-40, -1e-40, 1e-30, -1e-30, 65504.0, -1.0, 1.0], dtype=np.float32)
@@ -35,6 +36,29 @@ def random_case(rng: np.random.Generator):
     return g, c
 
 
+#: The mHC implementations the self-check draws from and sweeps (the cuda driver's; docs/CUDA.md).
+MHC_VARIANTS = ("fused-allreduce-mhc", "fused-m2", "fused-m4", "fused-m8", "cluster", "cluster-fused",
+                "sinkhorn-inline", "grid-barrier")
+
+
+def fits(cyc, cmd, name: str, chosen: dict) -> bool:
+    """Whether mHC variant `name` can stand for `cmd` beside the variants `chosen` so far: fused kinds
+    need a preceding all-reduce left plain, fused-mN a phase of N rows, clusters D a multiple of 1024."""
+    prev = cyc.commands[cmd.index - 1] if cmd.index else None
+    plain_prev = prev is not None and prev.op == "allreduce" and prev.index not in chosen
+    rows = cyc.geometry.phase(cmd.boundary.phase).rows
+    cluster_ok = cyc.geometry.hidden % 1024 == 0 and cyc.geometry.hidden <= 8192
+    if name.startswith("fused-m"):
+        return rows == int(name[len("fused-m"):])
+    if name == "fused-allreduce-mhc":
+        return plain_prev
+    if name == "cluster":
+        return cluster_ok
+    if name == "cluster-fused":
+        return cluster_ok and plain_prev
+    return name in MHC_VARIANTS
+
+
 def random_variants(rng, cyc):
     v = {}
     cmds = cyc.commands
@@ -47,22 +71,35 @@ def random_variants(rng, cyc):
             elif p < 0.3 and cyc.contract.segments in (2, 4):
                 v[cmd.index] = f"segmented-{cyc.contract.segments}"
         else:
-            prev = cmd.index - 1
-            plain_prev = cmds[prev].op == "allreduce" and prev not in v
-            cluster_ok = cyc.geometry.hidden % 1024 == 0 and cyc.geometry.hidden <= 8192
-            if p < 0.2 and plain_prev:
-                v[cmd.index] = "fused-allreduce-mhc"
-            elif p < 0.35 and rows in (2, 4, 8):
-                v[cmd.index] = f"fused-m{rows}"
-            elif p < 0.55 and cluster_ok:
-                v[cmd.index] = "cluster"
-            elif p < 0.75 and cluster_ok and plain_prev:
-                v[cmd.index] = "cluster-fused"
-            elif p < 0.85:
-                v[cmd.index] = "sinkhorn-inline"
-            elif p < 0.95:
-                v[cmd.index] = "grid-barrier"
+            for bound, name in ((0.2, "fused-allreduce-mhc"), (0.35, f"fused-m{rows}"), (0.55, "cluster"),
+                                (0.75, "cluster-fused"), (0.85, "sinkhorn-inline"), (0.95, "grid-barrier")):
+                if p < bound and name in MHC_VARIANTS and fits(cyc, cmd, name, v):
+                    v[cmd.index] = name
+                    break
     return v
+
+
+#: Geometries of the sweep (hidden, ranks, verify rows, draft rows, reduction dtype): every fused-mN,
+#: cluster and non-cluster hidden sizes, one rank to eight.
+SWEEP_GEOMETRIES = ((1024, 1, 8, 1, "float32"), (2048, 2, 2, 1, "bfloat16"), (4096, 4, 4, 2, "bfloat16"),
+                    (7168, 8, 2, 3, "float32"), (1500, 3, 1, 2, "bfloat16"))
+
+
+def sweep_cases():
+    """(geometry, contract, variants) for every mHC variant at every geometry of SWEEP_GEOMETRIES, the
+    variant on every mHC command it fits: each implementation on each command kind, deterministically."""
+    for d, ranks, vr, dr, dtype in SWEEP_GEOMETRIES:
+        g = Geometry(preset="random", hidden=d, layers=2, ranks=ranks, verify_rows=vr, draft_rows=dr,
+                     draft_kind="dspark", reduce_dtype=dtype)
+        c = RingContract()
+        cyc = build_cycle(g, c)
+        for name in MHC_VARIANTS:
+            v = {}
+            for cmd in cyc.commands:
+                if cmd.op != "allreduce" and fits(cyc, cmd, name, v):
+                    v[cmd.index] = name
+            if v:
+                yield cyc, v
 
 
 def perturb(rng, values, cyc):
@@ -106,28 +143,64 @@ def run_case(drv, cyc, values, variants, expected):
     return total, bad
 
 
+def _describe(cyc, variants) -> str:
+    g = cyc.geometry
+    return (f"hidden {g.hidden}, {g.ranks} ranks, " + ", ".join(f"{p.name} {p.rows}" for p in g.phases)
+            + f", variants {', '.join(sorted(set(variants.values()))) or 'none'}")
+
+
+def _check_case(drv, summary, case, cyc, values, variants, progress):
+    """One case into `summary`; a driver error (a kernel that does not build or never ends) leaves
+    with the case named, since the device may be unusable after it."""
+    summary["variants_used"].update(variants.values())
+    try:
+        n, bad = run_case(drv, cyc, values, variants, reference(cyc, values))
+    except ShellError as e:
+        e.args = (f"case {case} ({_describe(cyc, variants)}): {e}",)
+        raise
+    summary["elements_compared"] += n
+    if progress:
+        progress(case, n, sum(bad.values()) if bad else 0)
+    if bad:
+        summary["mismatching_elements"] += sum(bad.values())
+        summary["mismatches_by_op"].update(bad)
+        summary["failures"].append({"case": case, "geometry": cyc.geometry.to_json(),
+                                    "contract": cyc.contract.to_json(),
+                                    "variants": {str(k): x for k, x in variants.items()}, "bad": dict(bad)})
+
+
+def _summary(cases, seed) -> dict:
+    return {"cases": cases, "seed": seed, "elements_compared": 0, "mismatching_elements": 0,
+            "mismatches_by_op": Counter(), "variants_used": Counter(), "failures": []}
+
+
+def _plain(summary) -> dict:
+    summary["mismatches_by_op"] = dict(summary["mismatches_by_op"])
+    summary["variants_used"] = dict(summary["variants_used"])
+    return summary
+
+
 def self_check(drv, cases: int, seed: int, variants=True, progress=None) -> dict:
     """Random cases on `drv`; variants=False runs only the driver's baseline kernels. progress(case, compared,
     mismatching), where given, follows each case (a case builds its kernels first: seconds each on a cold cache)."""
     rng = np.random.default_rng(seed)
-    summary = {"cases": cases, "seed": seed, "elements_compared": 0, "mismatching_elements": 0,
-               "mismatches_by_op": Counter(), "variants_used": Counter(), "failures": []}
+    summary = _summary(cases, seed)
     for case in range(cases):
         g, c = random_case(rng)
         cyc = build_cycle(g, c)
         values = perturb(rng, injected_values(cyc, [seed, case]), cyc)
-        expected = reference(cyc, values)
         v = random_variants(rng, cyc) if variants else {}
-        summary["variants_used"].update(v.values())
-        n, bad = run_case(drv, cyc, values, v, expected)
-        summary["elements_compared"] += n
-        if progress:
-            progress(case, n, sum(bad.values()) if bad else 0)
-        if bad:
-            summary["mismatching_elements"] += sum(bad.values())
-            summary["mismatches_by_op"].update(bad)
-            summary["failures"].append({"case": case, "geometry": g.to_json(), "contract": c.to_json(),
-                                        "variants": {str(k): x for k, x in v.items()}, "bad": dict(bad)})
-    summary["mismatches_by_op"] = dict(summary["mismatches_by_op"])
-    summary["variants_used"] = dict(summary["variants_used"])
-    return summary
+        _check_case(drv, summary, case, cyc, values, v, progress)
+    return _plain(summary)
+
+
+def variant_sweep(drv, seed: int, progress=None) -> dict:
+    """Every mHC variant on every command it fits at every SWEEP_GEOMETRIES geometry (sweep_cases),
+    values perturbed as in self_check: the coverage random draws may take many cases to reach."""
+    rng = np.random.default_rng(seed)
+    cases = list(sweep_cases())
+    summary = _summary(len(cases), seed)
+    for case, (cyc, v) in enumerate(cases):
+        values = perturb(rng, injected_values(cyc, [seed, case]), cyc)
+        _check_case(drv, summary, case, cyc, values, v, progress)
+    return _plain(summary)

@@ -20,6 +20,7 @@ import numpy as np
 from ...commands.program import Cycle
 from ...errors import MismatchError, UsageError
 from . import steps as S
+from .api import context_hung
 from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin
 from .kernels import SOURCE, sinkhorn_flags
 from .session import CudaSession
@@ -229,10 +230,10 @@ class PersistentSession(CudaSession):
         return 1
 
     def close(self):
-        if self._freed:
+        if self._freed or context_hung():  # after a hang nothing may wait for the device (api.KernelHang)
             return
         try:
-            self.cu.cuStreamSynchronize(self.stream)
+            self.finish("the persistent cycle's last launch")
             for ev in (getattr(self, "ev_a", None), getattr(self, "ev_b", None)):
                 if ev is not None:
                     self.cu.cuEventDestroy(ev)

@@ -10,6 +10,8 @@ say how long the cycle takes.
 
 from __future__ import annotations
 
+from .api import context_hung
+
 HOW = ("cuda driver, one epoch captured as a graph with an event node after every kernel "
        "(kernels serialized in launch order, no PDL edges)")
 
@@ -37,9 +39,12 @@ def profile_epoch(session) -> list[tuple[int | None, str, float]]:
             graph = cu.cuStreamEndCapture(session.stream)
         exe = cu.cuGraphInstantiate(graph, 0)
         cu.cuGraphLaunch(exe, session.stream)
-        cu.cuStreamSynchronize(session.stream)
+        session.finish("the profiled epoch")
         times = [float(cu.cuEventElapsedTime(events[i], events[i + 1])) for i in range(len(launches))]
     finally:
+        if context_hung():  # the graph still runs: destroying it would wait for ever
+            exe = graph = None
+            events = []
         if exe is not None:
             cu.cuGraphExecDestroy(exe)
         if graph is not None:

@@ -22,6 +22,7 @@ import numpy as np
 from ...errors import UsageError
 from ..base import Session
 from . import graph as G
+from .api import context_hung, finish
 from .arenas import Arenas
 from .kernels import Modules
 from .launches import Binder
@@ -102,7 +103,7 @@ class CudaSession(Session):
         """Decode the packed weights of `moe-expanded` commands once more (untimed)."""
         for ln in self.decodes:
             self.cu.cuLaunchKernel(ln.func, *ln.grid, *ln.block, ln.shared, self.stream, ln.params_ptr, 0)
-        self.cu.cuStreamSynchronize(self.stream)
+        self.finish("the weight decode")
         self.stale = False
 
     def read(self, rank, buffer_id):
@@ -121,7 +122,7 @@ class CudaSession(Session):
     def poison(self):
         for r in self.local:
             self.cu.cuMemsetD8Async(self.mem.outputs(r), 0xFF, self.mem.out_size, self.stream)
-        self.cu.cuStreamSynchronize(self.stream)
+        self.finish("the poisoning of the outputs")
 
     def run(self, graph=True):
         cu, g = self.cu, self.graph
@@ -129,14 +130,14 @@ class CudaSession(Session):
             self.decode()
         if graph:
             cu.cuGraphLaunch(g.exec, self.stream)
-            cu.cuStreamSynchronize(self.stream)
+            self.finish("the cycle's graph")
             return [float(cu.cuEventElapsedTime(g.ev_start[r], g.ev_end[r])) if r in g.ev_start else 0.0
                     for r in range(self.cycle.ranks)]
         cu.cuEventRecord(g.eager_start, self.stream)
         for ln in g.eager:
             cu.cuLaunchKernel(ln.func, *ln.grid, *ln.block, ln.shared, self.stream, ln.params_ptr, 0)
         cu.cuEventRecord(g.eager_end, self.stream)
-        cu.cuStreamSynchronize(self.stream)
+        self.finish("the cycle's eager launches")
         t = float(cu.cuEventElapsedTime(g.eager_start, g.eager_end))
         return [t] * self.cycle.ranks
 
@@ -151,14 +152,19 @@ class CudaSession(Session):
     def node_count(self) -> int:
         return len(self.graph.launches)
 
+    def finish(self, what: str) -> None:
+        """Wait for this session's stream, within the deadline (api.finish)."""
+        finish(self.cu, self.stream, what)
+
     def close(self):
-        """Free everything this session made, in reverse order of making; safe after a partial build."""
-        if self._freed:
+        """Free everything this session made, in reverse order of making; safe after a partial build.
+        After a hang nothing is freed: every free would wait for the kernel that does not end."""
+        if self._freed or context_hung():
             return
         self._freed = True
         cu = self.cu
         try:
-            cu.cuStreamSynchronize(self.stream)
+            self.finish("the session's last work")
         finally:
             try:
                 if self.graph is not None:
