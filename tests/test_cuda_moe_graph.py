@@ -80,6 +80,9 @@ class HostMemoryDriver:
     def cuModuleGetFunction(self, mod, name):
         return name.decode()
 
+    def stream_done(self, stream):  # api.Checked's query: nothing runs asynchronously here
+        return True
+
     def __getattr__(self, name):  # streams, events, modules, graph nodes: handles, nothing to do
         if name.startswith("cu"):
             return lambda *a: next(self.handles)
