@@ -16,8 +16,8 @@ import numpy as np
 from ..commands.program import build_cycle, reference
 from ..contracts.allreduce import RingContract
 from ..corpus.synth import injected_values
-from ..geometry import Geometry
 from ..errors import ShellError
+from ..geometry import Geometry
 from .compare import compare_outputs
 
 SPECIALS = np.array([0.0, -0.0, 1e-40, -1e-40, 1e-30, -1e-30, 65504.0, -1.0, 1.0], dtype=np.float32)
@@ -37,8 +37,9 @@ def random_case(rng: np.random.Generator):
 
 
 #: The mHC implementations the self-check draws from and sweeps (the cuda driver's; docs/CUDA.md).
-MHC_VARIANTS = ("fused-allreduce-mhc", "fused-m2", "fused-m4", "fused-m8", "cluster", "cluster-fused",
-                "sinkhorn-inline", "grid-barrier")
+#: The rows of the phase each fused-mN variant needs.
+FUSED_ROWS = {"fused-m2": 2, "fused-m4": 4, "fused-m8": 8}
+MHC_VARIANTS = ("fused-allreduce-mhc", *FUSED_ROWS, "cluster", "cluster-fused", "sinkhorn-inline", "grid-barrier")
 
 
 def fits(cyc, cmd, name: str, chosen: dict) -> bool:
@@ -48,8 +49,8 @@ def fits(cyc, cmd, name: str, chosen: dict) -> bool:
     plain_prev = prev is not None and prev.op == "allreduce" and prev.index not in chosen
     rows = cyc.geometry.phase(cmd.boundary.phase).rows
     cluster_ok = cyc.geometry.hidden % 1024 == 0 and cyc.geometry.hidden <= 8192
-    if name.startswith("fused-m"):
-        return rows == int(name[len("fused-m"):])
+    if name in FUSED_ROWS:
+        return rows == FUSED_ROWS[name]
     if name == "fused-allreduce-mhc":
         return plain_prev
     if name == "cluster":
@@ -86,7 +87,7 @@ SWEEP_GEOMETRIES = ((1024, 1, 8, 1, "float32"), (2048, 2, 2, 1, "bfloat16"), (40
 
 
 def sweep_cases():
-    """(geometry, contract, variants) for every mHC variant at every geometry of SWEEP_GEOMETRIES, the
+    """(cycle, variants) for every mHC variant at every geometry of SWEEP_GEOMETRIES, the
     variant on every mHC command it fits: each implementation on each command kind, deterministically."""
     for d, ranks, vr, dr, dtype in SWEEP_GEOMETRIES:
         g = Geometry(preset="random", hidden=d, layers=2, ranks=ranks, verify_rows=vr, draft_rows=dr,
