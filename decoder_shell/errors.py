@@ -28,6 +28,11 @@ class BuildError(ShellError):
     exit_code = 4
 
 
+class KernelHang(BuildError):
+    """A device's work did not finish by the deadline (drivers.base.wait_until): a kernel that does not end
+    (exit 4, a broken kernel). It still runs, so nothing in the process waits for the device after it."""
+
+
 class MismatchError(ShellError):
     """A replay or gate found inexact outputs (exit 1)."""
 

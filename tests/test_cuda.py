@@ -160,7 +160,7 @@ def test_every_mhc_variant_on_every_command_it_fits_is_exact_and_ends():
     _cuda()
     r = subprocess.run([sys.executable, str(ROOT / "tools" / "cuda_check.py"), "--cases", "0"],
                        capture_output=True, text=True, timeout=900,
-                       env={**os.environ, "DECODER_SHELL_CUDA_DEADLINE_S": "30"})
+                       env={**os.environ, "DECODER_SHELL_DEADLINE_S": "30"})
     assert r.returncode == 0, r.stderr[-2000:]
     assert "| sweep mismatching_elements | 0 |" in r.stdout
     n = sum(1 for _ in sweep_cases())
@@ -179,7 +179,7 @@ def test_a_kernel_that_never_ends_is_one_line_and_exit_4_by_the_deadline(tmp_pat
     r = subprocess.run([sys.executable, "-m", "decoder_shell.cli", "gate", str(ROOT / "corpus"), "--driver", "cuda",
                         "--candidate", f"mhc_post_pre=@{tmp_path / 'spin.json'}", "--epochs", "2"],
                        capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "DECODER_SHELL_CUDA_DEADLINE_S": "3"})
+                       env={**os.environ, "DECODER_SHELL_DEADLINE_S": "3"})
     assert r.returncode == 4, (r.returncode, r.stderr[-2000:])
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "did not finish within 3 s" in lines[0], r.stderr[-2000:]

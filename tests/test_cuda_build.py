@@ -8,8 +8,6 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from decoder_shell.commands.program import build_cycle
 from decoder_shell.contracts.allreduce import RingContract
@@ -165,30 +163,3 @@ def test_the_sweep_puts_every_mhc_variant_on_commands_the_driver_accepts():
                 assert cyc.geometry.phase(cyc.commands[idx].boundary.phase).rows == VARIANTS[name].rows
     assert seen == built
 
-
-@settings(max_examples=60, deadline=None)
-@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(repr), st.text("0123456789.-+eEinfa x", max_size=8)))
-def test_the_deadline_is_a_positive_number_of_seconds_or_one_line(text):
-    """DECODER_SHELL_CUDA_DEADLINE_S: a positive finite number is taken as it is; anything else is a
-    UsageError naming the variable (exit 2), never a wait without end."""
-    import math
-    import os
-    from decoder_shell.drivers.cuda.api import DEADLINE_S, deadline_s
-    from decoder_shell.errors import UsageError
-    old = os.environ.get("DECODER_SHELL_CUDA_DEADLINE_S")
-    os.environ["DECODER_SHELL_CUDA_DEADLINE_S"] = text
-    try:
-        try:
-            want = float(text) if text else DEADLINE_S
-        except ValueError:
-            want = None
-        if want is not None and want > 0 and math.isfinite(want):
-            assert deadline_s() == want
-        else:
-            with pytest.raises(UsageError, match="DECODER_SHELL_CUDA_DEADLINE_S"):
-                deadline_s()
-    finally:
-        if old is None:
-            os.environ.pop("DECODER_SHELL_CUDA_DEADLINE_S", None)
-        else:
-            os.environ["DECODER_SHELL_CUDA_DEADLINE_S"] = old

@@ -5,7 +5,7 @@ it fits at a few fixed geometries), then random ones (random geometries, ring co
 variants, values over many magnitudes); each cycle runs as a CUDA graph and eagerly, and every output
 element of every rank is compared bit-for-bit with the contracts. A deliberately inexact build (FMA
 contraction) must be caught. A kernel that does not end stops the check within the driver's deadline
-(DECODER_SHELL_CUDA_DEADLINE_S) with one line naming the case, exit 4. Prints a table last.
+(DECODER_SHELL_DEADLINE_S) with one line naming the case, exit 4. Prints a table last.
 
     python tools/cuda_check.py --cases 200 [--seed 1] [--no-sweep] [--json out.json]
 """

@@ -7,12 +7,14 @@ launches. Host writes, reads and poisoning happen outside the timed region.
 
 from __future__ import annotations
 
+import os
+import time
 from abc import ABC, abstractmethod
 
 import numpy as np
 
 from ..commands.program import Cycle
-from ..errors import DriverUnavailable, UsageError
+from ..errors import DriverUnavailable, KernelHang, UsageError
 
 #: Poison bit patterns (quiet NaNs): an element the cycle fails to write cannot compare equal.
 POISON = {1: np.uint8(0xFF), 2: np.uint16(0xFFFF), 4: np.uint32(0xFFFFFFFF)}
@@ -21,6 +23,44 @@ POISON = {1: np.uint8(0xFF), 2: np.uint16(0xFFFF), 4: np.uint32(0xFFFFFFFF)}
 def poison_like(shape, dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     return np.full(shape, POISON[dtype.itemsize]).view(dtype)
+
+
+#: Device work not done after this many seconds is taken for a kernel that never ends
+#: (DECODER_SHELL_DEADLINE_S). A cycle takes milliseconds; the first epoch of a session seconds.
+DEADLINE_S = 60.0
+_hung: list[str] = []  # what did not finish, once a KernelHang was raised in this process
+
+
+def deadline_s() -> float:
+    text = os.environ.get("DECODER_SHELL_DEADLINE_S", "")
+    try:
+        value = float(text) if text else DEADLINE_S
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"DECODER_SHELL_DEADLINE_S={text}: expected seconds, a positive number")
+    return value
+
+
+def device_hung() -> bool:
+    """Whether a kernel of this process never ended: after it nothing may wait for the device (frees,
+    stream or queue waits would wait for ever); ending the process ends the kernel."""
+    return bool(_hung)
+
+
+def wait_until(done, what: str) -> None:
+    """Poll `done()` (a stream, event or queue query of the driver), sleeping 20 us growing to 1 ms
+    between polls, until it is true or the deadline passes: then KernelHang (exit 4, one line), never a
+    process that does not return. The device's own timers, not this loop, give the times."""
+    limit = deadline_s()
+    start, nap = time.monotonic(), 20e-6
+    while not done():
+        if time.monotonic() - start > limit:
+            _hung.append(what)
+            raise KernelHang(f"{what} did not finish within {limit:g} s (DECODER_SHELL_DEADLINE_S): a kernel "
+                             f"that does not end")
+        time.sleep(nap)
+        nap = min(2 * nap, 1e-3)
 
 
 def require_support(cycle: Cycle, driver: str, *, fused_norm: bool, ops: tuple) -> None:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import time
-
-from ...errors import BuildError, DriverUnavailable, UsageError
+from ...errors import BuildError, DriverUnavailable
 
 
 class CudaError(BuildError):
@@ -74,47 +71,3 @@ class Checked:
             return rest[0] if len(rest) == 1 else rest
         return call
 
-
-#: Work on a stream not done after this many seconds is taken for a kernel that never ends
-#: (DECODER_SHELL_CUDA_DEADLINE_S). A cycle takes milliseconds; the first epoch of a session seconds.
-DEADLINE_S = 60.0
-
-
-class KernelHang(CudaError):
-    """A stream's work did not finish by the deadline: a kernel that does not end (exit 4, a broken
-    kernel). The kernel still runs, and freeing device memory waits for the whole device, so after it
-    no session frees anything (context_hung); ending the process ends the kernel."""
-
-
-_hung: list[str] = []  # what did not finish, once a KernelHang was raised in this process
-
-
-def context_hung() -> bool:
-    """Whether a kernel of this process never ended (nothing may wait for the device after it)."""
-    return bool(_hung)
-
-
-def deadline_s() -> float:
-    text = os.environ.get("DECODER_SHELL_CUDA_DEADLINE_S", "")
-    try:
-        value = float(text) if text else DEADLINE_S
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value == float("inf"):
-        raise UsageError(f"DECODER_SHELL_CUDA_DEADLINE_S={text}: expected seconds, a positive number")
-    return value
-
-
-def finish(cu: Checked, stream, what: str) -> None:
-    """cuStreamSynchronize with a deadline (the driver has none): the stream is polled, with sleeps
-    growing from 20 us to 1 ms between polls, so a hung kernel becomes KernelHang instead of a process
-    that never returns. Device times come from events, which the polling does not touch."""
-    limit = deadline_s()
-    start, nap = time.monotonic(), 20e-6
-    while not cu.stream_done(stream):
-        if time.monotonic() - start > limit:
-            _hung.append(what)
-            raise KernelHang(f"{what} did not finish within {limit:g} s (DECODER_SHELL_CUDA_DEADLINE_S): a kernel "
-                             f"that does not end")
-        time.sleep(nap)
-        nap = min(2 * nap, 1e-3)

@@ -20,7 +20,7 @@ import numpy as np
 from ...commands.program import Cycle
 from ...errors import MismatchError, UsageError
 from . import steps as S
-from .api import context_hung
+from ..base import device_hung
 from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin
 from .kernels import SOURCE, sinkhorn_flags
 from .session import CudaSession
@@ -230,7 +230,7 @@ class PersistentSession(CudaSession):
         return 1
 
     def close(self):
-        if self._freed or context_hung():  # after a hang nothing may wait for the device (api.KernelHang)
+        if self._freed or device_hung():  # after a hang nothing may wait for the device (errors.KernelHang)
             return
         try:
             self.finish("the persistent cycle's last launch")

@@ -10,7 +10,7 @@ say how long the cycle takes.
 
 from __future__ import annotations
 
-from .api import context_hung
+from ..base import device_hung
 
 HOW = ("cuda driver, one epoch captured as a graph with an event node after every kernel "
        "(kernels serialized in launch order, no PDL edges)")
@@ -42,7 +42,7 @@ def profile_epoch(session) -> list[tuple[int | None, str, float]]:
         session.finish("the profiled epoch")
         times = [float(cu.cuEventElapsedTime(events[i], events[i + 1])) for i in range(len(launches))]
     finally:
-        if context_hung():  # the graph still runs: destroying it would wait for ever
+        if device_hung():  # the graph still runs: destroying it would wait for ever
             exe = graph = None
             events = []
         if exe is not None:

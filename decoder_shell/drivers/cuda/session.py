@@ -20,9 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import UsageError
-from ..base import Session
+from ..base import Session, device_hung, wait_until
 from . import graph as G
-from .api import context_hung, finish
 from .arenas import Arenas
 from .kernels import Modules
 from .launches import Binder
@@ -153,13 +152,13 @@ class CudaSession(Session):
         return len(self.graph.launches)
 
     def finish(self, what: str) -> None:
-        """Wait for this session's stream, within the deadline (api.finish)."""
-        finish(self.cu, self.stream, what)
+        """cuStreamSynchronize within the deadline (base.wait_until; the driver's own wait has none)."""
+        wait_until(lambda: self.cu.stream_done(self.stream), what)
 
     def close(self):
         """Free everything this session made, in reverse order of making; safe after a partial build.
         After a hang nothing is freed: every free would wait for the kernel that does not end."""
-        if self._freed or context_hung():
+        if self._freed or device_hung():
             return
         self._freed = True
         cu = self.cu

@@ -12,7 +12,7 @@ import numpy as np
 
 from ...commands.program import Cycle
 from ...errors import BuildError, DriverUnavailable
-from ..base import Session
+from ..base import Session, device_hung, wait_until
 from . import plan as planning
 from . import spirv
 
@@ -110,17 +110,30 @@ class SyclSession(Session):
     def poison(self):
         for m in self._outputs:
             m.memset(0xFF)  # all-ones: the NaN poison of base.POISON for 2- and 4-byte elements
-        self.queue.wait()
+        self.finish("the poisoning of the outputs")
 
     def run(self, graph=True):
         events = [self.queue.submit_async(k, args, g, l) for k, args, g, l in self.launches]
-        self.queue.wait()
+        self.finish("the cycle's launches")
         durations = [(e.profiling_info_end - e.profiling_info_start) * 1e-6 for e in events]
         return planning.rank_times(self.cycle, self.plan, durations)
 
+    def finish(self, what: str) -> None:
+        """queue.wait() within the deadline (base.wait_until): a barrier event polled until complete."""
+        finish_queue(self.queue, what)
+
     def close(self):
-        self.queue.wait()
+        if not device_hung():  # after a hang nothing may wait for the device
+            self.queue.wait()
         self.launches, self.mem, self._outputs = [], [], []
+
+
+def finish_queue(queue, what: str) -> None:
+    """Everything submitted to `queue` done, or KernelHang at the deadline (dpctl's wait has none)."""
+    import dpctl
+
+    marker = queue.submit_barrier()
+    wait_until(lambda: marker.execution_status == dpctl.event_status_type.complete, what)
 
 
 class _UsmView:

@@ -46,6 +46,7 @@ RESULT_NAMES = {code: name for name, code in (
     ("ZE_RESULT_ERROR_INVALID_COMMAND_LIST_TYPE", 0x78000019), ("ZE_RESULT_ERROR_OVERLAPPING_REGIONS", 0x7800001a),
     ("ZE_RESULT_WARNING_ACTION_REQUIRED", 0x7800001b), ("ZE_RESULT_ERROR_UNKNOWN", 0x7ffffffe),
 )}
+RESULT_NOT_READY = 0x00000001
 INIT_FLAG_GPU_ONLY = 1
 STYPE_DRIVER_PROPERTIES = 0x1
 STYPE_DEVICE_PROPERTIES = 0x3
@@ -216,6 +217,16 @@ class Loader:
         for name, argtypes in SIGNATURES.items():
             fn = getattr(self.lib, name)
             fn.argtypes, fn.restype = argtypes, c_uint32
+
+    def synchronize(self, queue) -> bool:
+        """zeCommandQueueSynchronize without waiting: True when the queue is idle, False while it runs
+        (ZE_RESULT_NOT_READY); raises ZeError otherwise. drivers.base.wait_until polls it."""
+        code = self.lib.zeCommandQueueSynchronize(queue, 0)
+        if code == RESULT_NOT_READY:
+            return False
+        if code != 0:
+            raise ZeError(f"Level Zero zeCommandQueueSynchronize returned {result_name(code)}")
+        return True
 
     def __getattr__(self, name):
         if name not in SIGNATURES:

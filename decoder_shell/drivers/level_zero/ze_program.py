@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 from ctypes import byref, c_void_p
 
+from ..base import device_hung, wait_until
 from . import plan as planning
 from . import spirv, ze
 
@@ -106,7 +107,7 @@ class ZeProgram:
         """One epoch: execute the command list, wait, and each rank's time from the kernel timestamps."""
         lists = (c_void_p * 1)(self.command_list)
         self.ze.zeCommandQueueExecuteCommandLists(self.queue, 1, lists, None)
-        self.ze.zeCommandQueueSynchronize(self.queue, ze.UINT64_MAX)
+        wait_until(lambda: self.ze.synchronize(self.queue), "the cycle's command list")
         durations = []
         for ev in self.events:
             ts = ze.KernelTimestampResult()
@@ -116,6 +117,8 @@ class ZeProgram:
         return planning.rank_times(self.cycle, self.plan, durations)
 
     def close(self) -> None:
+        if device_hung():  # a queue still running its list: destroying it would wait for ever
+            return
         while self._objects:
             destroy, h = self._objects.pop()
             getattr(self.ze, destroy)(h)

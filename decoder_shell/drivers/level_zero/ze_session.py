@@ -34,7 +34,7 @@ class ZeSession(SyclSession):
     def run(self, graph=True):
         if not graph:
             return super().run(graph=False)
-        self.queue.wait()
+        self.finish("the SYCL queue's work")
         return self.program_ze.run()
 
     def close(self):

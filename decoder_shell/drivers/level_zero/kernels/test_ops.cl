@@ -42,3 +42,8 @@ kernel void probe_rmsnorm(global const ushort *x, global const float *w, global 
     const size_t row = get_group_id(0);
     rmsnorm_row(x + row * n, w, y + row * n, n, eps[0], lanes);
 }
+
+/* Spins while flag[0] is 0: a kernel that does not end, for the deadline test (tests/test_deadline.py). */
+kernel void probe_spin(global volatile const int *flag) {
+    while (flag[0] == 0) {}
+}
