@@ -114,7 +114,7 @@ class SyclSession(Session):
 
     def run(self, graph=True):
         events = [self.queue.submit_async(k, args, g, l) for k, args, g, l in self.launches]
-        self.finish("the cycle's launches")
+        wait_event(events[-1], "the cycle's launches")  # an in-order queue: the last one ends last
         durations = [(e.profiling_info_end - e.profiling_info_start) * 1e-6 for e in events]
         return planning.rank_times(self.cycle, self.plan, durations)
 
@@ -128,12 +128,17 @@ class SyclSession(Session):
         self.launches, self.mem, self._outputs = [], [], []
 
 
-def finish_queue(queue, what: str) -> None:
-    """Everything submitted to `queue` done, or KernelHang at the deadline (dpctl's wait has none)."""
+def wait_event(event, what: str) -> None:
+    """event.wait() within the deadline (dpctl's wait has none): its status polled by base.wait_until."""
     import dpctl
 
-    marker = queue.submit_barrier()
-    wait_until(lambda: marker.execution_status == dpctl.event_status_type.complete, what)
+    complete = dpctl.event_status_type.complete
+    wait_until(lambda: event.execution_status == complete, what)
+
+
+def finish_queue(queue, what: str) -> None:
+    """Everything submitted to `queue` done (a barrier event after it), or KernelHang at the deadline."""
+    wait_event(queue.submit_barrier(), what)
 
 
 class _UsmView:
