@@ -48,19 +48,23 @@ def device_hung() -> bool:
     return bool(_hung)
 
 
-def wait_until(done, what: str) -> None:
-    """Poll `done()` (a stream, event or queue query of the driver), sleeping 20 us growing to 1 ms
-    between polls, until it is true or the deadline passes: then KernelHang (exit 4, one line), never a
-    process that does not return. The device's own timers, not this loop, give the times."""
+def wait_until(done, what: str, spin_s: float = 0.0) -> None:
+    """Poll `done()` (a stream, event or queue query of the driver) until it is true or the deadline
+    passes: then KernelHang (exit 4, one line), never a process that does not return. For the first
+    `spin_s` seconds without sleeping (a GPU's millisecond cycle then ends the wait as soon as it ends,
+    as the driver's blocking wait would; a CPU device would lose a core to it), then sleeping 20 us
+    growing to 1 ms between polls. The device's own timers, not this loop, give the times."""
     limit = deadline_s()
     start, nap = time.monotonic(), 20e-6
     while not done():
-        if time.monotonic() - start > limit:
+        waited = time.monotonic() - start
+        if waited > limit:
             _hung.append(what)
             raise KernelHang(f"{what} did not finish within {limit:g} s (DECODER_SHELL_DEADLINE_S): a kernel "
                              f"that does not end")
-        time.sleep(nap)
-        nap = min(2 * nap, 1e-3)
+        if waited > spin_s:
+            time.sleep(nap)
+            nap = min(2 * nap, 1e-3)
 
 
 def require_support(cycle: Cycle, driver: str, *, fused_norm: bool, ops: tuple) -> None:

@@ -152,8 +152,9 @@ class CudaSession(Session):
         return len(self.graph.launches)
 
     def finish(self, what: str) -> None:
-        """cuStreamSynchronize within the deadline (base.wait_until; the driver's own wait has none)."""
-        wait_until(lambda: self.cu.stream_done(self.stream), what)
+        """cuStreamSynchronize within the deadline (base.wait_until; the driver's own wait has none),
+        polled without sleeping for the first 5 ms."""
+        wait_until(lambda: self.cu.stream_done(self.stream), what, spin_s=0.005)
 
     def close(self):
         """Free everything this session made, in reverse order of making; safe after a partial build.
