@@ -54,4 +54,3 @@ def test_every_high_half_at_the_rounding_edges():
 def test_arbitrary_patterns(words):
     u = np.array(words, dtype=np.uint32)
     assert np.array_equal(f2bf_int(u), contract_bits(u))
-

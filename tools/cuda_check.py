@@ -53,8 +53,8 @@ def check(args) -> int:
                   f"{time.time() - t0:.0f} s", file=sys.stderr, flush=True)
         return case_done
 
-    n_sweep = sum(1 for _ in sweep_cases())
-    sweep = None if args.no_sweep else variant_sweep(drv, args.seed, progress=lines("sweep", n_sweep))
+    sweep = None if args.no_sweep else variant_sweep(drv, args.seed,
+                                                     progress=lines("sweep", sum(1 for _ in sweep_cases())))
     summary = self_check(drv, args.cases, args.seed, progress=lines("random", args.cases))
     # the deliberately inexact build must be caught
     g = Geometry(preset="random", hidden=4096, layers=1, ranks=2, verify_rows=2, draft_rows=0)

@@ -70,4 +70,3 @@ class Checked:
                 return None
             return rest[0] if len(rest) == 1 else rest
         return call
-

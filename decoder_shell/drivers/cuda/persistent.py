@@ -19,8 +19,8 @@ import numpy as np
 
 from ...commands.program import Cycle
 from ...errors import MismatchError, UsageError
-from . import steps as S
 from ..base import device_hung
+from . import steps as S
 from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin
 from .kernels import SOURCE, sinkhorn_flags
 from .session import CudaSession
