@@ -46,6 +46,14 @@ def div_by(a, b, y0):
     return fma32(y, fma32(-b, q0, a), q0)
 
 
+def div_short(a, b, y0):
+    """kernels.cu div_short: the estimate a * y0 refined beside the reciprocal, then div_by's last step."""
+    a, b = np.asarray(a, f32), np.asarray(b, f32)
+    e, q1 = fma32(-b, y0, f32(1)), (a * y0).astype(f32)
+    y1, q0 = fma32(y0, e, y0), fma32(q1, e, q1)
+    return fma32(y1, fma32(-b, q0, a), q0)
+
+
 def exact_round(x: Fraction) -> np.float32:
     """Round a rational to the nearest fp32 (ties to even), for normal results."""
     lo = f32(float(x))  # within an ulp: pick the nearest of it and its neighbours exactly
@@ -108,6 +116,50 @@ def test_div_by_matches_division_on_a_million_operand_pairs_over_every_binade():
     want = (a / b).view(np.uint32)
     for y0 in _reciprocals(b):
         assert int((div_by(a, b, y0).view(np.uint32) != want).sum()) == 0
+
+
+def test_div_short_is_the_kernels_sequence():
+    """The transliteration above is kernels.cu's div_short, line for line, and the lanes-fast form takes it
+    unless a build sets SINKHORN_DIV_SHORT=0."""
+    from decoder_shell.drivers.cuda.kernels import SOURCE
+    assert "const float e = __fmaf_rn(-b, y0, 1.0f), q1 = __fmul_rn(a, y0);" in SOURCE
+    assert "const float y1 = __fmaf_rn(y0, e, y0), q0 = __fmaf_rn(q1, e, q1);" in SOURCE
+    assert "return __fmaf_rn(y1, __fmaf_rn(-b, q0, a), q0);" in SOURCE
+    assert "#define SINKHORN_DIV_SHORT 1" in SOURCE
+
+
+@settings(max_examples=400, deadline=None)
+@given(a=binade_floats(), b=binade_floats())
+def test_div_short_is_correctly_rounded_with_the_correctly_rounded_reciprocal(a, b):
+    want = f32(a) / f32(b)
+    y0 = (f32(1) / np.asarray([b], f32)).astype(f32)
+    got = div_short(np.asarray([a], f32), np.asarray([b], f32), y0)
+    assert got.view(np.uint32)[0] == np.asarray(want, f32).view(np.uint32), (a, b)
+
+
+def test_div_short_matches_division_on_a_million_operand_pairs_over_every_binade():
+    """div_by's million pairs: div_short is correct with the reciprocal and both its neighbours as well
+    (the device check, tools/div_check.py, takes the hardware's own estimate over every mantissa pair)."""
+    rng = np.random.default_rng(27)
+    n = 1 << 20
+    e = rng.integers(67, 187, (2, n)).astype(np.uint32)
+    m = rng.integers(0, 1 << 23, (2, n)).astype(np.uint32)
+    m[1, : n // 8] = (1 << 23) - 1 - rng.integers(0, 4, n // 8).astype(np.uint32)
+    m[0, n // 8: n // 4] = rng.integers(0, 4, n // 8).astype(np.uint32)
+    a, b = ((e << 23) | m).view(f32)
+    want = (a / b).view(np.uint32)
+    for y0 in _reciprocals(b):
+        assert int((div_short(a, b, y0).view(np.uint32) != want).sum()) == 0
+
+
+def test_div_short_needs_the_hardware_estimate_as_div_by_does():
+    """The tie below is missed by div_short too with a reciprocal one ulp low: its proof is the device's
+    (every mantissa pair against __fdiv_rn, and the estimate's scaling over the range's exponents)."""
+    a = np.asarray([2.0 ** -60], f32)
+    b = np.asarray([np.uint32((67 << 23) | ((1 << 23) - 1))], np.uint32).view(f32)
+    rn = (f32(1) / b).astype(f32)
+    assert div_short(a, b, rn)[0] == a[0] / b[0] == f32(0.5 + 2 ** -24)
+    assert div_short(a, b, np.nextafter(rn, f32(0)))[0] == f32(0.5)
 
 
 def test_a_reciprocal_one_ulp_off_can_miss_a_tie():
@@ -350,8 +402,8 @@ def _in_range(v):
     return (np.asarray(v, f32).view(np.uint32) - np.uint32(0x21800000)) < np.uint32(0x3C000000)
 
 
-def _sinkhorn_fast(logits, eps, iters):
-    """sinkhorn_lane's `lanes-fast` form, transliterated: every quotient by div_fast (div_by's fast path with no check), each
+def _sinkhorn_fast(logits, eps, iters, quotient=div_short):
+    """sinkhorn_lane's `lanes-fast` form, transliterated: every quotient by div_short (SINKHORN_DIV_SHORT 0: div_fast, div_by's fast path with no check), each
     operand's range folded into a flag a comb, and where any operand of a comb was out of range that
     comb made again by the lane form (__fdiv_rn, numpy's division)."""
     c = np.asarray(logits, f32).reshape(-1, 4, 4)
@@ -359,7 +411,7 @@ def _sinkhorn_fast(logits, eps, iters):
     s = ((e[..., 0] + e[..., 1]) + e[..., 2]) + e[..., 3]
     ok = _in_range(s) & _in_range(e).all(axis=-1)
     with np.errstate(all="ignore"):
-        fast = lambda a, b: div_by(a, b, (f32(1) / b).astype(f32))  # noqa: E731
+        fast = lambda a, b: quotient(a, b, (f32(1) / b).astype(f32))  # noqa: E731
         r = fast(e, np.broadcast_to(s[..., None], e.shape)) + f32(eps)
         for it in range(2 * iters - 1):
             axis = -2 if it % 2 == 0 else -1  # columns first
@@ -389,9 +441,10 @@ def _sinkhorn_lanes(logits, eps, iters):
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2 ** 32 - 1), lo=st.integers(-40, 12), eps_exp=st.sampled_from([-6, -3, -20, None]))
-def test_fast_quotient_forms_equal_the_contract(seed, lo, eps_exp):
-    """The `lanes-fast` Sinkhorn (fast quotients, one range flag a comb, the lane form where it is raised) is the contract's bit for bit; with hc_eps 0 or tiny logits' spread some combs take the fallback."""
+@given(seed=st.integers(0, 2 ** 32 - 1), lo=st.integers(-40, 12), eps_exp=st.sampled_from([-6, -3, -20, None]),
+       quotient=st.sampled_from([div_short, div_by]))
+def test_fast_quotient_forms_equal_the_contract(seed, lo, eps_exp, quotient):
+    """The `lanes-fast` Sinkhorn (fast quotients, one range flag a comb, the lane form where it is raised) is the contract's bit for bit, with either quotient; with hc_eps 0 or tiny logits' spread some combs take the fallback."""
     from decoder_shell.contracts.mhc import MhcParams, sinkhorn
     rng = np.random.default_rng(seed)
     logits = (rng.standard_normal((64, 4, 4)) * np.exp2(rng.uniform(lo, lo + 8, (64, 1, 1)))).astype(f32)
@@ -399,7 +452,7 @@ def test_fast_quotient_forms_equal_the_contract(seed, lo, eps_exp):
     p = MhcParams(hc_eps=0.0 if eps_exp is None else 2.0 ** eps_exp)
     with np.errstate(all="ignore"):
         want = sinkhorn(logits, p)
-        got, _ = _sinkhorn_fast(logits, p.hc_eps, p.sinkhorn_iters)
+        got, _ = _sinkhorn_fast(logits, p.hc_eps, p.sinkhorn_iters, quotient)
     same = (got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want))
     assert same.all()
 
@@ -418,3 +471,44 @@ def test_fast_quotient_forms_fall_back_only_for_the_comb_with_an_operand_out_of_
         got, ok = _sinkhorn_fast(logits, DEFAULT.hc_eps, DEFAULT.sinkhorn_iters)
     assert not ok[3] and ok[np.arange(32) != 3].all()
     assert (got.view(np.uint32) == sinkhorn(logits, DEFAULT).view(np.uint32)).all()
+
+
+def _div_check(*args):
+    import subprocess
+    import sys
+    from pathlib import Path
+    tool = Path(__file__).resolve().parents[1] / "tools" / "div_check.py"
+    return subprocess.run([sys.executable, str(tool), *args], capture_output=True, text=True, timeout=300)
+
+
+def test_the_division_check_kernels_build_for_sm90():
+    """tools/div_check.py's kernels (div_short and the reciprocal's scaling over kernels.cu) compile: a
+    build error here is a failure, not a skip."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import div_check
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, ptxas_report
+    rep = ptxas_report(div_check.SOURCE + div_check.KERNEL, "sm_90", EXACT_FLAGS, "div_check.cu")
+    assert {"div_check", "rcp_scaling"} <= set(rep)
+    assert all(rep[k].get("spill_stores", 0) == 0 for k in ("div_check", "rcp_scaling"))
+
+
+@pytest.mark.parametrize("n", ["0", "8388609", "-3"])
+def test_the_division_check_refuses_a_bad_count_in_one_line(n):
+    r = _div_check("--denominators", n)
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "--denominators" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_the_division_check_without_a_gpu_is_one_line_exit_3():
+    from decoder_shell.drivers import get_driver
+    from decoder_shell.errors import DriverUnavailable
+    try:
+        get_driver("cuda")
+        pytest.skip("a CUDA device is present: tests/test_cuda.py runs the check")
+    except DriverUnavailable:
+        pass
+    r = _div_check("--denominators", "16")
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 3 and len(lines) == 1 and lines[0].startswith("div_check:") and "Traceback" not in r.stderr

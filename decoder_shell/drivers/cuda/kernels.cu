@@ -540,18 +540,46 @@ __device__ __forceinline__ float sinkhorn_shuffled(float c, int j, int k, unsign
 // NaN and extreme values), and where any lane of the warp saw one, the whole comb is made again by the
 // lane form (__fdiv_rn, slow path included) from the logit. Same additions in the same order, the
 // contract's correctly rounded quotients: the bits cannot differ. In one warp 4,011 cycles against
-// 4,952 (tools/sinkhorn_bench.py). A comb row a lane (4 adds in registers for a row, the whole comb
-// gathered by 16 shuffles for a column: one shuffle round a pair of halves) was tried: exact, and
-// 6,198 cycles, the 16 shuffles and 4 reciprocals a column half bound by their issue.
+// 4,952 (tools/sinkhorn_bench.py); 3,905 with div_short (below) as each half's quotient. A comb row a
+// lane (4 adds in registers for a row, the whole comb gathered by 16 shuffles for a column: one shuffle
+// round a pair of halves) was tried: exact, and 6,198 cycles, the 16 shuffles and 4 reciprocals a
+// column half bound by their issue.
 __device__ __forceinline__ unsigned div_range(float v) { return __float_as_uint(v) - 0x21800000u; }  // < 0x3c000000u: in range
-__device__ __forceinline__ float rcp_newton(float b) {
+__device__ __forceinline__ float rcp_approx(float b) {
   float y0;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y0) : "f"(b));
+  return y0;
+}
+__device__ __forceinline__ float rcp_newton(float b) {
+  const float y0 = rcp_approx(b);
   return __fmaf_rn(y0, __fmaf_rn(-b, y0, 1.0f), y0);
 }
 __device__ __forceinline__ float div_fast(float a, float b, float y) {
   const float q0 = __fmul_rn(a, y);
   return __fmaf_rn(y, __fmaf_rn(-b, q0, a), q0);
+}
+// The same quotient one dependent FMA shorter (SINKHORN_DIV_SHORT): the first estimate a * y0 and the
+// error term e = 1 - b * y0 are issued side by side after the MUFU, q0 = a*y0 + (a*y0)*e refines the
+// estimate while y1 = y0 + y0*e refines the reciprocal, and q = q0 + (a - b*q0) * y1 as in div_fast:
+// MUFU + 4 FMAs on the chain where rcp_newton + div_fast take MUFU + 5. Its bits are __fdiv_rn's
+// wherever div_range admits both operands; the proof is the device's, tools/div_check.py: every pair of
+// fp32 mantissas (2^46) against __fdiv_rn, and the estimate's scaling over every exponent of the range,
+// so every pair of the range (H200: 0 of 70,368,744,177,664 pairs differ, docs/BENCHMARKS.md).
+__device__ __forceinline__ float div_short(float a, float b, float y0) {
+  const float e = __fmaf_rn(-b, y0, 1.0f), q1 = __fmul_rn(a, y0);
+  const float y1 = __fmaf_rn(y0, e, y0), q0 = __fmaf_rn(q1, e, q1);
+  return __fmaf_rn(y1, __fmaf_rn(-b, q0, a), q0);
+}
+#ifndef SINKHORN_DIV_SHORT
+#define SINKHORN_DIV_SHORT 1  // 0: rcp_newton + div_fast (4,004 against 3,905 cycles a Sinkhorn in one warp, H200)
+#endif
+// The lanes-fast form's quotient a / b (a, b admitted by div_range).
+__device__ __forceinline__ float div_lane(float a, float b) {
+#if SINKHORN_DIV_SHORT
+  return div_short(a, b, rcp_approx(b));
+#else
+  return div_fast(a, b, rcp_newton(b));
+#endif
 }
 // The loop's unrolling (4: 4,011 cycles in one warp; 1: 4,399). A build that would spill with it
 // unrolled (the cluster cycle at 8 rows a cluster and more than 4 ranks) sets 1.
@@ -567,7 +595,7 @@ __device__ __forceinline__ float fast_half(float c, unsigned b0, unsigned st, fl
   const float s2 = __shfl_sync(0xffffffffu, c, b0 + 2 * st), s3 = __shfl_sync(0xffffffffu, c, b0 + 3 * st);
   const float s = ADD(ADD(ADD(ADD(s0, s1), s2), s3), eps);
   worst = max(worst, max(div_range(s), div_range(c)));
-  return div_fast(c, s, rcp_newton(s));
+  return div_lane(c, s);
 }
 __device__ __forceinline__ float sinkhorn_fast(float c, int j, int k, unsigned rowbase, float eps, int iters) {
   const float logit = c;
@@ -579,7 +607,7 @@ __device__ __forceinline__ float sinkhorn_fast(float c, int j, int k, unsigned r
   c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2); c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
   float s = ADD(ADD(ADD(c0, c1), c2), c3);
   unsigned worst = max(div_range(s), div_range(c));
-  c = ADD(div_fast(c, s, rcp_newton(s)), eps);
+  c = ADD(div_lane(c, s), eps);
 #ifdef ABL_NO_SINKHORN
   iters = 0;
 #endif
