@@ -500,6 +500,9 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const typename Word<BF
     // round; after timeout_ns (or once another wait set err) the launch is ended by the watchdog
     const u64 t0 = globaltimer();
     for (unsigned rnd = 0; ok; rnd++) {
+#ifdef CL_LL_NOWAIT  // timing ablation: the fold of whatever the first loads found, published or not (inexact)
+      break;
+#endif
       bool pending = false;
 #pragma unroll
       for (int k = 0; k < B; k++) {
