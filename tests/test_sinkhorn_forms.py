@@ -152,6 +152,22 @@ def test_div_short_matches_division_on_a_million_operand_pairs_over_every_binade
         assert int((div_short(a, b, y0).view(np.uint32) != want).sum()) == 0
 
 
+def test_a_near_miss_that_random_pairs_pass_and_the_whole_check_does_not():
+    """tools/div_check.py's near miss, div_shorter (the correction applied to the first estimate itself,
+    one FMA shorter than div_short), is right on the million random pairs with any of three reciprocals,
+    yet the device found 20,581 of the 2^46 mantissa pairs wrong (H200, 2026-12-04). Its first four, here
+    with a reciprocal one ulp from the correctly rounded one: div_shorter misses each, div_short does not."""
+    def div_shorter(a, b, y0):
+        q1, e = (a * y0).astype(f32), fma32(-b, y0, f32(1))
+        return fma32(fma32(y0, e, y0), fma32(-b, q1, a), q1)
+    found = [(1.3384802, 1.3503233, 0), (1.3268414, 1.3614649, 2), (1.2842637, 1.3617722, 2), (1.3477355, 1.3618208, 2)]
+    for a, b, which in found:
+        a, b = np.asarray([a], f32), np.asarray([b], f32)
+        ys = _reciprocals(b)
+        assert div_shorter(a, b, ys[which])[0] != a[0] / b[0]
+        assert all(div_short(a, b, y)[0] == a[0] / b[0] for y in ys)
+
+
 def test_div_short_needs_the_hardware_estimate_as_div_by_does():
     """The tie below is missed by div_short too with a reciprocal one ulp low: its proof is the device's
     (every mantissa pair against __fdiv_rn, and the estimate's scaling over the range's exponents)."""

@@ -13,7 +13,7 @@ cover the whole admitted domain:
 A control (the estimate a * y1 without its correction, against __fdiv_rn) must find differences, so the
 counts are live. Exit 0 when nothing differs and the control does, 1 otherwise, 3 without a CUDA device.
 
-    python tools/div_check.py [--json out.json] [--denominators N]   (N < 2^23: a prefix, for a quick run)
+    python tools/div_check.py [--form short|shorter] [--json out.json] [--denominators N]   (N < 2^23: a prefix)
 """
 
 from __future__ import annotations
@@ -34,15 +34,23 @@ from decoder_shell.drivers.cuda.kernels import SOURCE  # noqa: E402
 from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin  # noqa: E402
 
 KERNEL = r"""
+// A near miss (not in kernels.cu): the correction applied to the first estimate itself, q1 + (a - b*q1)*y1,
+// MUFU + FMUL + 2 FMAs on the chain. Right on a million random pairs with any of three reciprocals (the CPU's
+// test), wrong on 20,581 of the 2^46 mantissa pairs here (H200, 2026-12-04): what only the whole check finds.
+__device__ __forceinline__ float div_shorter(float a, float b, float y0) {
+  const float q1 = __fmul_rn(a, y0), e = __fmaf_rn(-b, y0, 1.0f);
+  const float r1 = __fmaf_rn(-b, q1, a), y1 = __fmaf_rn(y0, e, y0);
+  return __fmaf_rn(y1, r1, q1);
+}
 // count[0]: mismatching pairs, count[1]: slots of `first` taken ([k][2]: a, b bits); mode 0: div_short,
-// 1: the control (a * y1, uncorrected). Block x: denominator b0 + blockIdx.x; threads: every numerator.
+// 2: div_shorter, 1: the control (a * y1, uncorrected). Block x: denominator b0 + blockIdx.x; threads: every numerator.
 extern "C" __global__ void div_check(unsigned long long* count, unsigned* first, unsigned b0, int mode) {
   const float b = __uint_as_float(0x3f800000u | (b0 + blockIdx.x));
   const float y0 = rcp_approx(b), y1 = rcp_newton(b);
   unsigned long long c = 0;
   for (unsigned m = threadIdx.x; m < (1u << 23); m += blockDim.x) {
     const float a = __uint_as_float(0x3f800000u | m);
-    const float got = mode == 0 ? div_short(a, b, y0) : __fmul_rn(a, y1);
+    const float got = mode == 0 ? div_short(a, b, y0) : mode == 2 ? div_shorter(a, b, y0) : __fmul_rn(a, y1);
     if (__float_as_uint(got) != __float_as_uint(DIV(a, b)) && c++ == 0) {
       const unsigned long long k = atomicAdd(count + 1, 1ull);
       if (k < 8) { first[2 * k] = __float_as_uint(a); first[2 * k + 1] = __float_as_uint(b); }
@@ -67,7 +75,10 @@ extern "C" __global__ void rcp_scaling(unsigned long long* count) {
 CHUNK = 1 << 15  # denominators a launch
 
 
-def run(denominators: int = 1 << 23) -> dict:
+FORMS = {"short": 0, "shorter": 2}  # the quotient checked: kernels.cu div_short, or the near miss above
+
+
+def run(denominators: int = 1 << 23, form: str = "short") -> dict:
     from decoder_shell.drivers import get_driver
     drv = get_driver("cuda", placement="emulated")
     cu = drv.cu
@@ -93,10 +104,10 @@ def run(denominators: int = 1 << 23) -> dict:
         launch(scaling, 132 * 16, [C.c_uint64(count)])
         scaling_bad = int(counts()[0][2])
         with Progress(transient=True) as bar:
-            task = bar.add_task("div_short against __fdiv_rn", total=denominators)
+            task = bar.add_task(f"div_{form} against __fdiv_rn", total=denominators)
             for b0 in range(0, denominators, CHUNK):
                 n = min(CHUNK, denominators - b0)
-                launch(check, n, [C.c_uint64(count), C.c_uint64(first), C.c_uint32(b0), C.c_int32(0)])
+                launch(check, n, [C.c_uint64(count), C.c_uint64(first), C.c_uint32(b0), C.c_int32(FORMS[form])])
                 if b0 // CHUNK % 16 == 15:
                     cu.cuCtxSynchronize()
                 bar.update(task, completed=b0 + n)
@@ -112,7 +123,7 @@ def run(denominators: int = 1 << 23) -> dict:
         cu.cuModuleUnload(mod)
     pairs = [f"{np.uint32(slots[2 * k]).view(np.float32)!r} / {np.uint32(slots[2 * k + 1]).view(np.float32)!r}"
              for k in range(min(bad, 8))]
-    return {"device": drv.gpu, "pairs": denominators << 23, "mismatching": bad, "first": pairs,
+    return {"device": drv.gpu, "form": form, "pairs": denominators << 23, "mismatching": bad, "first": pairs,
             "rcp_scaling_inputs": 120 << 23, "rcp_scaling_mismatching": scaling_bad, "seconds": round(secs, 1),
             "control_pairs": CHUNK << 23, "control_mismatching": control_bad}
 
@@ -121,13 +132,15 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", type=Path)
     ap.add_argument("--denominators", type=int, default=1 << 23, help="the first N of the 2^23 mantissas")
+    ap.add_argument("--form", choices=sorted(FORMS), default="short",
+                    help="the quotient: div_short (kernels.cu) or the near miss div_shorter (exit 1)")
     args = ap.parse_args()
     if not 0 < args.denominators <= 1 << 23:
         print(f"div_check: --denominators {args.denominators}: must be in 1 .. {1 << 23}", file=sys.stderr)
         sys.exit(2)
     from decoder_shell.errors import DriverUnavailable
     try:
-        res = run(args.denominators)
+        res = run(args.denominators, args.form)
     except DriverUnavailable as e:
         print(f"div_check: {e}", file=sys.stderr)
         sys.exit(3)
@@ -136,7 +149,7 @@ def main():
     print("| check | value |\n|---|---|")
     print(f"| rcp.approx scaling, every mantissa x exponents 2^-60 .. 2^59 | {res['rcp_scaling_inputs']:,} inputs, "
           f"{res['rcp_scaling_mismatching']:,} mismatching |")
-    print(f"| div_short against __fdiv_rn, mantissa pairs | {res['pairs']:,} pairs, {res['mismatching']:,} mismatching "
+    print(f"| div_{res['form']} against __fdiv_rn, mantissa pairs | {res['pairs']:,} pairs, {res['mismatching']:,} mismatching "
           f"({res['seconds']} s on {res['device']}){'; first: ' + ', '.join(res['first']) if res['first'] else ''} |")
     print(f"| control: a * y1 uncorrected (must be > 0) | {res['control_pairs']:,} pairs, "
           f"{res['control_mismatching']:,} mismatching |")
