@@ -13,13 +13,17 @@ build for sm_90 without spills or stack; the device check is tools/sinkhorn_benc
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 f32, f64 = np.float32, np.float64
+TOOLS = Path(__file__).resolve().parents[1] / "tools"
 
 
 def fma32(a, b, c):
@@ -469,22 +473,18 @@ def test_fast_quotient_forms_fall_back_only_for_the_comb_with_an_operand_out_of_
 
 
 def _div_check(*args):
-    import subprocess
-    import sys
-    from pathlib import Path
-    tool = Path(__file__).resolve().parents[1] / "tools" / "div_check.py"
-    return subprocess.run([sys.executable, str(tool), *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, str(TOOLS / "div_check.py"), *args], capture_output=True, text=True,
+                          timeout=300)
 
 
 def test_the_division_check_kernels_build_for_sm90():
     """tools/div_check.py's kernels (div_short and the reciprocal's scaling over kernels.cu) compile: a
     build error here is a failure, not a skip."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    sys.path.insert(0, str(TOOLS))
     import div_check
+    from decoder_shell.drivers.cuda.kernels import SOURCE
     from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, ptxas_report
-    rep = ptxas_report(div_check.SOURCE + div_check.KERNEL, "sm_90", EXACT_FLAGS, "div_check.cu")
+    rep = ptxas_report(SOURCE + div_check.KERNEL, "sm_90", EXACT_FLAGS, "div_check.cu")
     assert {"div_check", "rcp_scaling"} <= set(rep)
     assert all(rep[k].get("spill_stores", 0) == 0 for k in ("div_check", "rcp_scaling"))
 

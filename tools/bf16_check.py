@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import argparse
 import ctypes as C
-import json
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from decoder_shell.drivers.cuda.kernels import SOURCE  # noqa: E402
-from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin  # noqa: E402
+from device_checks import check_module, launch, results_or_exit  # noqa: E402
 
 KERNEL = r"""
 extern "C" __global__ void bf16_check(unsigned long long* count, unsigned* first, unsigned lo_hi, int control) {
@@ -50,32 +48,26 @@ extern "C" __global__ void bf16_check(unsigned long long* count, unsigned* first
 
 
 def run() -> dict:
-    from decoder_shell.drivers import get_driver
-    drv = get_driver("cuda", placement="emulated")
-    cu = drv.cu
-    cu.cuCtxSetCurrent(drv.ctx)
-    mod = cu.cuModuleLoadData(compile_cubin(SOURCE + KERNEL, drv.arch, EXACT_FLAGS, "bf16_check.cu"))
-    func = cu.cuModuleGetFunction(mod, b"bf16_check")
-    count, first = int(cu.cuMemAlloc(16)), int(cu.cuMemAlloc(16 * 4))
     found = {}
-    try:
-        for control in (0, 1):
-            cu.cuMemsetD8(count, 0, 16)
-            t0 = time.perf_counter()
-            for half in (0, 1):
-                args = [C.c_uint64(count), C.c_uint64(first), C.c_uint32(half), C.c_int32(control)]
-                params = (C.c_void_p * 4)(*[C.addressof(a) for a in args])
-                cu.cuLaunchKernel(func, 132 * 16, 1, 1, 256, 1, 1, 0, 0, C.addressof(params), 0)
-            cu.cuCtxSynchronize()
-            secs = time.perf_counter() - t0
-            n, f = np.zeros(2, np.uint64), np.zeros(16, np.uint32)
-            cu.cuMemcpyDtoH(n.ctypes.data, count, 16)
-            cu.cuMemcpyDtoH(f.ctypes.data, first, 64)
-            found[control] = (int(n[0]), f, secs)
-    finally:
-        cu.cuMemFree(count)
-        cu.cuMemFree(first)
-        cu.cuModuleUnload(mod)
+    with check_module(KERNEL, "bf16_check.cu") as (drv, cu, mod):
+        func = cu.cuModuleGetFunction(mod, b"bf16_check")
+        count, first = int(cu.cuMemAlloc(16)), int(cu.cuMemAlloc(16 * 4))
+        try:
+            for control in (0, 1):
+                cu.cuMemsetD8(count, 0, 16)
+                t0 = time.perf_counter()
+                for half in (0, 1):
+                    launch(cu, func, 132 * 16, [C.c_uint64(count), C.c_uint64(first), C.c_uint32(half),
+                                                C.c_int32(control)])
+                cu.cuCtxSynchronize()
+                secs = time.perf_counter() - t0
+                n, f = np.zeros(2, np.uint64), np.zeros(16, np.uint32)
+                cu.cuMemcpyDtoH(n.ctypes.data, count, 16)
+                cu.cuMemcpyDtoH(f.ctypes.data, first, 64)
+                found[control] = (int(n[0]), f, secs)
+        finally:
+            cu.cuMemFree(count)
+            cu.cuMemFree(first)
     (bad, f, secs), control_bad = found[0], found[1][0]
     return {"device": drv.gpu, "inputs": 1 << 32, "mismatching": bad, "seconds": round(secs, 3),
             "first": sorted(f"0x{int(u):08x}" for u in f[:min(bad, 16)]), "control_mismatching": control_bad}
@@ -85,14 +77,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    from decoder_shell.errors import DriverUnavailable
-    try:
-        res = run()
-    except DriverUnavailable as e:
-        print(f"bf16_check: {e}", file=sys.stderr)
-        sys.exit(3)
-    if args.json:
-        args.json.write_text(json.dumps(res, indent=1))
+    res = results_or_exit("bf16_check", run, args.json)
     print("| check | value |\n|---|---|")
     print(f"| f2bf against f2bf_int, every fp32 input | {res['inputs']:,} inputs, {res['mismatching']:,} mismatching "
           f"({res['seconds']} s on {res['device']}){'; first: ' + ', '.join(res['first']) if res['first'] else ''} |")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes as C
-import json
 import sys
 import time
 from pathlib import Path
@@ -28,10 +27,9 @@ from pathlib import Path
 import numpy as np
 from rich.progress import Progress
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from decoder_shell.drivers.cuda.kernels import SOURCE  # noqa: E402
-from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin  # noqa: E402
+from device_checks import check_module, launch, results_or_exit  # noqa: E402
 
 KERNEL = r"""
 // A near miss (not in kernels.cu): the correction applied to the first estimate itself, q1 + (a - b*q1)*y1,
@@ -79,48 +77,42 @@ FORMS = {"short": 0, "shorter": 2}  # the quotient checked: kernels.cu div_short
 
 
 def run(denominators: int = 1 << 23, form: str = "short") -> dict:
-    from decoder_shell.drivers import get_driver
-    drv = get_driver("cuda", placement="emulated")
-    cu = drv.cu
-    cu.cuCtxSetCurrent(drv.ctx)
-    mod = cu.cuModuleLoadData(compile_cubin(SOURCE + KERNEL, drv.arch, EXACT_FLAGS, "div_check.cu"))
-    check, scaling = cu.cuModuleGetFunction(mod, b"div_check"), cu.cuModuleGetFunction(mod, b"rcp_scaling")
-    count, first = int(cu.cuMemAlloc(24)), int(cu.cuMemAlloc(16 * 4))
+    with check_module(KERNEL, "div_check.cu") as (drv, cu, mod):
+        check, scaling = cu.cuModuleGetFunction(mod, b"div_check"), cu.cuModuleGetFunction(mod, b"rcp_scaling")
+        count, first = int(cu.cuMemAlloc(24)), int(cu.cuMemAlloc(16 * 4))
 
-    def launch(func, grid, args):
-        params = (C.c_void_p * len(args))(*[C.addressof(a) for a in args])
-        cu.cuLaunchKernel(func, grid, 1, 1, 256, 1, 1, 0, 0, C.addressof(params), 0)
+        def counts():
+            cu.cuCtxSynchronize()
+            n, f = np.zeros(3, np.uint64), np.zeros(16, np.uint32)
+            cu.cuMemcpyDtoH(n.ctypes.data, count, 24)
+            cu.cuMemcpyDtoH(f.ctypes.data, first, 64)
+            return n, f
 
-    def counts():
-        cu.cuCtxSynchronize()
-        n, f = np.zeros(3, np.uint64), np.zeros(16, np.uint32)
-        cu.cuMemcpyDtoH(n.ctypes.data, count, 24)
-        cu.cuMemcpyDtoH(f.ctypes.data, first, 64)
-        return n, f
+        def quotients(b0, n, mode):
+            launch(cu, check, n, [C.c_uint64(count), C.c_uint64(first), C.c_uint32(b0), C.c_int32(mode)])
 
-    try:
-        cu.cuMemsetD8(count, 0, 24)
-        t0 = time.perf_counter()
-        launch(scaling, 132 * 16, [C.c_uint64(count)])
-        scaling_bad = int(counts()[0][2])
-        with Progress(transient=True) as bar:
-            task = bar.add_task(f"div_{form} against __fdiv_rn", total=denominators)
-            for b0 in range(0, denominators, CHUNK):
-                n = min(CHUNK, denominators - b0)
-                launch(check, n, [C.c_uint64(count), C.c_uint64(first), C.c_uint32(b0), C.c_int32(FORMS[form])])
-                if b0 // CHUNK % 16 == 15:
-                    cu.cuCtxSynchronize()
-                bar.update(task, completed=b0 + n)
-            n, f = counts()
-        secs = time.perf_counter() - t0
-        bad, slots = int(n[0]), f.copy()
-        cu.cuMemsetD8(count, 0, 24)
-        launch(check, CHUNK, [C.c_uint64(count), C.c_uint64(first), C.c_uint32(0), C.c_int32(1)])
-        control_bad = int(counts()[0][0])
-    finally:
-        cu.cuMemFree(count)
-        cu.cuMemFree(first)
-        cu.cuModuleUnload(mod)
+        try:
+            cu.cuMemsetD8(count, 0, 24)
+            t0 = time.perf_counter()
+            launch(cu, scaling, 132 * 16, [C.c_uint64(count)])
+            scaling_bad = int(counts()[0][2])
+            with Progress(transient=True) as bar:
+                task = bar.add_task(f"div_{form} against __fdiv_rn", total=denominators)
+                for b0 in range(0, denominators, CHUNK):
+                    n = min(CHUNK, denominators - b0)
+                    quotients(b0, n, FORMS[form])
+                    if b0 // CHUNK % 16 == 15:
+                        cu.cuCtxSynchronize()
+                    bar.update(task, completed=b0 + n)
+                n, f = counts()
+            secs = time.perf_counter() - t0
+            bad, slots = int(n[0]), f.copy()
+            cu.cuMemsetD8(count, 0, 24)
+            quotients(0, CHUNK, 1)
+            control_bad = int(counts()[0][0])
+        finally:
+            cu.cuMemFree(count)
+            cu.cuMemFree(first)
     pairs = [f"{np.uint32(slots[2 * k]).view(np.float32)!r} / {np.uint32(slots[2 * k + 1]).view(np.float32)!r}"
              for k in range(min(bad, 8))]
     return {"device": drv.gpu, "form": form, "pairs": denominators << 23, "mismatching": bad, "first": pairs,
@@ -138,14 +130,7 @@ def main():
     if not 0 < args.denominators <= 1 << 23:
         print(f"div_check: --denominators {args.denominators}: must be in 1 .. {1 << 23}", file=sys.stderr)
         sys.exit(2)
-    from decoder_shell.errors import DriverUnavailable
-    try:
-        res = run(args.denominators, args.form)
-    except DriverUnavailable as e:
-        print(f"div_check: {e}", file=sys.stderr)
-        sys.exit(3)
-    if args.json:
-        args.json.write_text(json.dumps(res, indent=1))
+    res = results_or_exit("div_check", lambda: run(args.denominators, args.form), args.json)
     print("| check | value |\n|---|---|")
     print(f"| rcp.approx scaling, every mantissa x exponents 2^-60 .. 2^59 | {res['rcp_scaling_inputs']:,} inputs, "
           f"{res['rcp_scaling_mismatching']:,} mismatching |")
