@@ -106,9 +106,11 @@ def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
     "CL_EVICT_FIRST=0 CL_PART_AHEAD=1", "CL_COUNTER_JOIN", "CL_LL_WORDS=4", "CL_JOIN_RELEASE",
     "CL_JOIN_RELEASE CL_COUNTER_JOIN", "CL_DOT_UNROLL=16", "CL_DOT_SPLIT_ROWS=4", "CL_LL_WORDS=24", "CL_LL_SPLIT=0",
     "CL_LL_WORDS32=8", "CL_DOT_LANES=2", "CL_DOT_LANES=9", "CL_LL_NOWAIT", "SINKHORN_DIV_SHORT=0",
-    "SINKHORN_UNROLL=8"]] + [
+    "SINKHORN_UNROLL=8", "CL_LANES_UNROLL2=4", "ABL_W4", "ABL_SV4", "ABL_W4 ABL_SV4", "CL_W_LDG", "CL_LL_PACK3=1",
+    "CL_LL_THIRD"]] + [
     (d, r) for d in ["CL_WBUF2=0", "CL_WBUF2=1 CL_WBUF2_RPC=1"] for r in (1, 2)] + [(d, 8) for d in [
-    "CL_DOT_LANES=9", "CL_DOT_LANES=9 CL_DOT_TILE=0", "CL_LANES_UNROLL=2", "CL_WBUF2=0"]])
+    "CL_DOT_LANES=9", "CL_DOT_LANES=9 CL_DOT_TILE=0", "CL_LANES_UNROLL=2", "CL_WBUF2=0", "ABL_W4 ABL_SV4", "CL_W_LDG",
+    "CL_LL_PACK3=1"]])
 def test_every_tuning_and_timing_define_builds(defines, rpc, tmp_path, monkeypatch):
     """The defines tools/gpu_cluster.sh VARIANTS take: a tuning run on the GPU must not find a build error
     (the dot products' defines at eight rows too, where their loops differ)."""
@@ -118,6 +120,24 @@ def test_every_tuning_and_timing_define_builds(defines, rpc, tmp_path, monkeypat
     monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
     src, entry = source(4, rpc)
     assert entry.encode() in compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
+
+
+def _elem_of(i: np.ndarray, block: int, q: int) -> np.ndarray:
+    """cluster_cycle.cu elem_of for row0 = 0: slice element i of block `block` -> its index in a [rows][1024 q]."""
+    return (i // (q * 64)) * (q * 1024) + 64 * block + i % 64 + ((i // 64) % q) * 1024
+
+
+@settings(max_examples=200, deadline=None)
+@given(q=st.integers(1, 8), rows=st.integers(1, 8), extra=st.integers(0, 7))
+def test_the_packed_words_of_every_block_have_distinct_slots_inside_a_ranks_region(q, rows, extra):
+    """CL_LL_PACK3's word k of a block (its slice elements 3k .. 3k + 2) lives at slot3(k) = elem_of(3k) / 2 of a
+    rank's region of stride / 2 64-bit words (stride: the most rows of a step x D): no two words of the 16 blocks
+    may share a slot, and every slot must lie inside the region, for a step of any rows up to the most."""
+    n = rows * q * 64
+    k = np.arange((n + 2) // 3)
+    slots = np.concatenate([_elem_of(3 * k, b, q) >> 1 for b in range(16)])
+    assert len(np.unique(slots)) == len(slots)
+    assert slots.min() >= 0 and slots.max() < (rows + extra) * q * 1024 // 2
 
 
 @settings(max_examples=200, deadline=None)

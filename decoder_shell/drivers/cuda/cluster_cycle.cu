@@ -536,6 +536,127 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const typename Word<BF
   }
 }
 
+// ---- three bf16 values a word (CL_LL_PACK3) -----------------------------------------------------------------
+// A bf16 all-reduce's words carry three values of a block's consecutive elements (its slice order i: word k holds
+// i = 3k, 3k + 1, 3k + 2) and the step's number's low 16 bits, in one 64-bit word (single-copy atomic as the
+// 32-bit word is): a third of the words to publish, poll and load. Where a helper thread folded four elements a
+// round trip at eight rows (two round trips, the second on the Sinkhorn warps), its six now come in two words a
+// rank, one round trip. A word's values may have different first ranks in the fold: each value's ring order is
+// picked from the R words by selects (no register array indexed at run time). Word k of a block of rank rr lives
+// at rr * (stride / 2) + slot3(k) of the 32-bit words' region read as 64-bit words (stride: the most rows x D).
+// H200 TP4 (docs/BENCHMARKS.md, eighteenth session): a timing ablation with a third of the 32-bit words took M=8
+// from 0.975 to 0.850 ms; this form of it is exact (24 M random elements, the draft + verify replay) and slower:
+// M=2 / 8 0.63 / 1.19 against 0.50 / 0.99, its blocks' folds ending up to 1.4 us apart (0.35 with the 32-bit
+// words), with a block's words contiguous or spread as the 32-bit ones, and without waiting on any word. Suspected:
+// a thread's three ring folds in sequence (a third of the threads fold); next, one element a thread. Off by default.
+#ifndef CL_LL_PACK3
+#define CL_LL_PACK3 0
+#endif
+__device__ __forceinline__ u64 word3_make(unsigned seq, unsigned b0, unsigned b1, unsigned b2) {
+  return (u64)(seq & 0xffffu) << 48 | (u64)(b2 & 0xffffu) << 32 | (u64)((b1 & 0xffffu) << 16 | (b0 & 0xffffu));
+}
+__device__ __forceinline__ bool word3_current(u64 w, unsigned seq) { return (unsigned)(w >> 48) == (seq & 0xffffu); }
+// Where word k of a block (slice element 3k first) lives in a rank's region of 64-bit words: half the index of its
+// first element in the step's [rows][D] (a run of 64 lanes, [row D + q 1024 + 64 b, + 64), has its words in
+// [row D / 2 + q 512 + 32 b, + 32): distinct for every word of every block, below the most rows x D / 2), so the
+// words lie spread over a rank's region as the 32-bit ones do.
+template <int Q>
+__device__ __forceinline__ size_t slot3(int k, int L0, int row0) { return elem_of<Q>(3 * k, L0, row0) >> 1; }
+// Value m (0..2) of every rank's word, then the one of rank rr among them.
+template <int R>
+__device__ __forceinline__ unsigned word3_value(const unsigned (&f)[R], int rr) {
+  unsigned v = f[0];
+#pragma unroll
+  for (int q = 1; q < R; q++) v = rr == q ? f[q] : v;
+  return v;
+}
+// The fold of a packed word's (up to) three elements from every rank's word w[R] (rank order 0..R-1): each
+// element's values in its ring order from its first rank, folded and stored as fold_ll's.
+template <int Q, int R>
+__device__ __forceinline__ void fold_word3(const MhcArgs& a, const u64 (&w)[R], int k, int n, const int (&first)[3],
+                                           int L0, int row0, float (*xs)[Q][CL_LANES]) {
+#pragma unroll
+  for (int m = 0; m < 3; m++) {
+    const int i = 3 * k + m;
+    if (i >= n) continue;
+    unsigned f[R];
+#pragma unroll
+    for (int q = 0; q < R; q++) f[q] = (unsigned)(w[q] >> (16 * m)) & 0xffffu;
+    unsigned raw[R];
+    int rr = first[m];
+#pragma unroll
+    for (int t = 0; t < R; t++, rr = next_rank<R>(rr, a.ring.dir)) raw[t] = word3_value<R>(f, rr);
+    fold_store<Q, true, R>(a, raw, elem_of<Q>(i, L0, row0), i, L0, xs);
+  }
+}
+// The fold of the next bf16 all-reduce over packed words, for the thread's words k = it + j*nt below (n + 2) / 3
+// (j < NW, their elements' first ranks in fp, entry 3j + m), B words at a time with every rank's word of each
+// loaded at once; words past NW one at a time with their first ranks read from the table (ordg).
+template <int Q, int R, int NW>
+__device__ __forceinline__ void fold_ll3(const MhcArgs& a, const u64* ll, long long stride, unsigned seq,
+                                         const unsigned (&fp)[(3 * NW + 7) / 8], const unsigned char* ordg, int row0,
+                                         int n, int L0, float (*xs)[Q][CL_LANES], int it, int nt, bool work, int* err,
+                                         u64 timeout_ns, int step) {
+  constexpr int B = CL_LL_WORDS / R < NW ? (CL_LL_WORDS / R > 1 ? CL_LL_WORDS / R : 1) : NW;
+  const int nw = (n + 2) / 3;
+  bool ok = true;
+#pragma unroll
+  for (int j0 = 0; j0 < NW; j0 += B) {
+    if (it + j0 * nt >= nw) break;
+    u64 wv[B][R];
+#pragma unroll
+    for (int k = 0; k < B; k++) {
+      const int kw = j0 + k < NW && it + (j0 + k) * nt < nw ? it + (j0 + k) * nt : it + j0 * nt;
+#pragma unroll
+      for (int q = 0; q < R; q++) wv[k][q] = ld_relaxed(ll + q * stride + slot3<Q>(kw, L0, row0));
+    }
+    const u64 t0 = globaltimer();
+    for (unsigned rnd = 0; ok; rnd++) {
+#ifdef CL_LL_NOWAIT
+      break;
+#endif
+      bool pending = false;
+#pragma unroll
+      for (int k = 0; k < B; k++) {
+        const int kw = j0 + k < NW && it + (j0 + k) * nt < nw ? it + (j0 + k) * nt : it + j0 * nt;
+#pragma unroll
+        for (int q = 0; q < R; q++)
+          if (!word3_current(wv[k][q], seq)) {
+            pending = true;
+            wv[k][q] = ld_relaxed(ll + q * stride + slot3<Q>(kw, L0, row0));
+          }
+      }
+      if (!pending) break;
+      if ((rnd & 15) == 15 && watchdog_stop(err, t0, timeout_ns, step)) ok = false;
+    }
+    if (!work || !ok) continue;
+#pragma unroll
+    for (int k = 0; k < B; k++) {
+      const int j = j0 + k, kw = it + j * nt;
+      if (j >= NW || kw >= nw) continue;
+      const int first[3] = {first_of(fp, 3 * j), first_of(fp, 3 * j + 1), first_of(fp, 3 * j + 2)};
+      fold_word3<Q, R>(a, wv[k], kw, n, first, L0, row0, xs);
+    }
+  }
+  for (int kw = it + NW * nt; kw < nw; kw += nt) {  // (more words than NW: none for the built shapes)
+    u64 wv[R];
+    const u64 t0 = globaltimer();
+#pragma unroll
+    for (int q = 0; q < R; q++) {
+      wv[q] = ld_relaxed(ll + q * stride + slot3<Q>(kw, L0, row0));
+      for (unsigned rnd = 0; ok && !word3_current(wv[q], seq); rnd++) {
+        if ((rnd & 15) == 15 && watchdog_stop(err, t0, timeout_ns, step)) ok = false;
+        wv[q] = ld_relaxed(ll + q * stride + slot3<Q>(kw, L0, row0));
+      }
+    }
+    if (!work || !ok) continue;
+    int first[3];
+#pragma unroll
+    for (int m = 0; m < 3; m++) first[m] = 3 * kw + m < n ? ordg[elem_of<Q>(3 * kw + m, L0, row0)] : 0;
+    fold_word3<Q, R>(a, wv, kw, n, first, L0, row0, xs);
+  }
+}
+
 #ifndef CL_PART_AHEAD
 #define CL_PART_AHEAD 2  // steps ahead whose partial sums the copy engine prefetches into L2 (>= 1)
 #endif
@@ -607,6 +728,9 @@ __device__ __forceinline__ void prefetches_b(const PartFetch& f, int groups, int
 #endif
 #ifndef CL_LANES_UNROLL
 #define CL_LANES_UNROLL 4  // dots_by_lanes' loop over u unrolled by this much at four and eight rows
+#endif
+#ifndef CL_LANES_UNROLL2
+#define CL_LANES_UNROLL2 16  // ... and at one and two rows (16: all of it; 8, 4, 2 made A 1.25 -> 1.44 us at TP4 M=2)
 #endif
 #ifndef CL_DOT_TILE
 #define CL_DOT_TILE 1  // at eight rows, four rows by four chains a warp (0: every row by two chains)
@@ -693,40 +817,80 @@ __device__ __forceinline__ int lane_tree(float (&v)[K], int lane) {
     return 0;
   }
 }
-template <int Q, int RPC, int NC, int NS, bool SQ, int U>
+template <int Q, int RPC, int NC, int NS, bool SQ, int U, int WS>
 __device__ __forceinline__ void dot_lanes_loop(const float* const (&wrow)[NC], const float* svp, float (&a)[RPC][NC]) {
+#if defined(ABL_W4) || defined(ABL_SV4)
+  // timing ablation (inexact: the right loads' count and width, the wrong elements): the weights (ABL_W4) and / or
+  // the stream values (ABL_SV4) by 16-byte loads, four u a load, from a lane's swizzled 16 floats of its chain's
+  // (row's) 1024 (conflict-free: the eight lanes of a wavefront hit eight distinct 16-byte chunks). A quarter of
+  // the load instructions, the same bytes: A took as long (H200 TP4 M=2 1.25-1.31 us against 1.25; M=8 3.14-3.46
+  // against 3.20, docs/BENCHMARKS.md eighteenth session), so a transposed weight layout would not shorten it.
+  const int l = (int)(threadIdx.x & 31) + ((threadIdx.x >> 5) & 1) * 32;
+#pragma unroll
+  for (int q4 = 0; q4 < HC * Q / 4; q4++) {
+    const int sw = l * 4 + (q4 ^ ((l >> 1) & 3));
+    float s[RPC][4], wv[NS][4];
+#pragma unroll
+    for (int r = 0; r < RPC; r++) {
+#ifdef ABL_SV4
+      const float4 v = reinterpret_cast<const float4*>(svp - l + r * HC * Q * CL_LANES)[sw];
+      s[r][0] = v.x, s[r][1] = v.y, s[r][2] = v.z, s[r][3] = v.w;
+#else
+#pragma unroll
+      for (int k = 0; k < 4; k++) s[r][k] = svp[r * HC * Q * CL_LANES + (4 * q4 + k) * CL_LANES];
+#endif
+    }
+#pragma unroll
+    for (int i = SQ ? 1 : 0; i < NS; i++) {
+#ifdef ABL_W4
+      const float4 v = reinterpret_cast<const float4*>(wrow[i] - l)[sw];
+      wv[i][0] = v.x, wv[i][1] = v.y, wv[i][2] = v.z, wv[i][3] = v.w;
+#else
+#pragma unroll
+      for (int k = 0; k < 4; k++) wv[i][k] = wrow[i][(4 * q4 + k) * CL_LANES];
+#endif
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+#pragma unroll
+      for (int r = 0; r < RPC; r++)
+#pragma unroll
+        for (int i = 0; i < NS; i++) a[r][i] = ADD(a[r][i], MUL(s[r][k], SQ && i == 0 ? s[r][k] : wv[i][k]));
+  }
+  return;
+#endif
   CL_UNROLL(U)
   for (int u = 0; u < HC * Q; u++) {
     float s[RPC], wv[NS];
 #pragma unroll
     for (int r = 0; r < RPC; r++) s[r] = svp[r * HC * Q * CL_LANES + u * CL_LANES];
 #pragma unroll
-    for (int i = SQ ? 1 : 0; i < NS; i++) wv[i] = wrow[i][u * CL_LANES];
+    for (int i = SQ ? 1 : 0; i < NS; i++) wv[i] = WS == CL_LANES ? wrow[i][u * WS] : __ldg(&wrow[i][u * WS]);
 #pragma unroll
     for (int r = 0; r < RPC; r++)
 #pragma unroll
       for (int i = 0; i < NS; i++) a[r][i] = ADD(a[r][i], MUL(s[r], SQ && i == 0 ? s[r] : wv[i]));
   }
 }
-template <int Q, int RPC, int NC, bool SQ, int U, int NS = NC>
+template <int Q, int RPC, int NC, bool SQ, int U, int WS, int NS = NC>
 __device__ __forceinline__ void dot_lanes_n(int ns, const float* const (&wrow)[NC], const float* svp, float (&a)[RPC][NC]) {
   if constexpr (NS >= 1) {
-    if (ns == NS) dot_lanes_loop<Q, RPC, NC, NS, SQ, U>(wrow, svp, a);
-    else dot_lanes_n<Q, RPC, NC, SQ, U, NS - 1>(ns, wrow, svp, a);
+    if (ns == NS) dot_lanes_loop<Q, RPC, NC, NS, SQ, U, WS>(wrow, svp, a);
+    else dot_lanes_n<Q, RPC, NC, SQ, U, WS, NS - 1>(ns, wrow, svp, a);
   }
 }
-template <int Q, int RPC, int PS>
+template <int Q, int RPC, int PS, int WS = CL_LANES>
 __device__ __forceinline__ void dots_by_lanes(const float* wsm, const float (*sv)[HC * Q][CL_LANES], int nrows, int nout, int w,
                                               int lane, float (*half)[PS]) {
   constexpr int G = 8, NC = (CL_CHAINS + G - 1) / G;  // chain groups, chains of the largest
-  constexpr int U = RPC <= 2 ? HC * Q : CL_LANES_UNROLL;
+  constexpr int U = RPC <= 2 ? CL_LANES_UNROLL2 : CL_LANES_UNROLL;
   const int lh = w & 1, cg = w >> 1, l = lh * 32 + lane;
   const int ns = cg <= nout ? (nout - cg) / G + 1 : 0;
   const float* wrow[NC];
 #pragma unroll
   for (int i = 0; i < NC; i++) {
     const int c = cg + G * i;
-    wrow[i] = wsm + (size_t)(c >= 1 && c <= nout ? c - 1 : 0) * HC * Q * CL_LANES + l;
+    wrow[i] = wsm + (size_t)(c >= 1 && c <= nout ? c - 1 : 0) * HC * Q * WS + l;
   }
   float a[RPC][NC];
 #pragma unroll
@@ -734,8 +898,8 @@ __device__ __forceinline__ void dots_by_lanes(const float* wsm, const float (*sv
 #pragma unroll
     for (int i = 0; i < NC; i++) a[r][i] = 0.0f;
   const float* svp = &sv[0][0][l];
-  if (cg == 0) dot_lanes_n<Q, RPC, NC, true, U>(ns, wrow, svp, a);
-  else dot_lanes_n<Q, RPC, NC, false, U>(ns, wrow, svp, a);
+  if (cg == 0) dot_lanes_n<Q, RPC, NC, true, U, WS>(ns, wrow, svp, a);
+  else dot_lanes_n<Q, RPC, NC, false, U, WS>(ns, wrow, svp, a);
   // the 32 lanes' tree of RB rows' values at once (lane_tree; at eight rows twice, four rows each: all 32 values
   // at once spilled)
   constexpr int RB = RPC * NC > 16 ? 16 / NC : RPC, K = RB * NC;
@@ -904,8 +1068,9 @@ __device__ __forceinline__ float mix_scale(float ss, float eps) { return recip_r
 #ifndef CL_WBUF2_RPC
 #define CL_WBUF2_RPC 2  // (with more rows the static shared memory leaves no room for a second 96 KiB)
 #endif
-#ifdef CL_NO_FETCH
-#define CL_FETCHES 0  // timing ablation: the first step's weights stay, every step reads them, no copy after (inexact)
+#if defined(CL_NO_FETCH) || defined(CL_W_LDG)
+#define CL_FETCHES 0  // timing ablation: the first step's weights stay, every step reads them, no copy after (inexact);
+                      // CL_W_LDG: no copy at all (the dot products read global memory)
 #else
 #define CL_FETCHES 1
 #endif
@@ -926,6 +1091,9 @@ __device__ void cluster_cycle(const CArgs& p) {
   // the dot products' tiling: RW rows by NC chain slots a warp, chain c in group c % CW (TILE: at eight rows
   // and 16 warps, two row blocks of four by eight groups of up to four chains; else every row, NCH slots)
   constexpr bool BY_LANES = RPC >= CL_DOT_LANES && NW == 16;  // the dot products by lane halves (dots_by_lanes)
+#ifdef CL_W_LDG
+  static_assert(BY_LANES, "CL_W_LDG reads the weights from global memory in dots_by_lanes only (16 warps)");
+#endif
   constexpr bool TILE = CL_DOT_TILE && RPC == 8 && NW == 16;
   constexpr int RW = TILE ? 4 : RPC, CW = TILE ? 8 : NW, NC = TILE ? 4 : NCH;
   constexpr int AW = sizeof(MhcArgs) / 8;                        // 8-byte words of one step's arguments
@@ -934,6 +1102,10 @@ __device__ void cluster_cycle(const CArgs& p) {
   constexpr int NH_MIN = 32 * (CL_ISOLATE_SK ? ((NW / 4) * 2 < NW - (RPC + 1) / 2 ? (NW / 4) * 2 : NW - (RPC + 1) / 2)
                                              : NW - (RPC + 1) / 2);
   constexpr int NE = (RPC * Q * CL_LANES + NH_MIN - 1) / NH_MIN;
+  // packed words (three bf16 values each) a helper thread publishes and folds; registers of its own values and
+  // first ranks: NE (one a value), or three a packed word
+  constexpr int NW3 = ((RPC * Q * CL_LANES + 2) / 3 + NH_MIN - 1) / NH_MIN;
+  constexpr int NO = CL_LL_PACK3 && 3 * NW3 > NE ? 3 * NW3 : NE;
   __shared__ __align__(16) float sv[RPC][HC * Q][CL_LANES];   // this block's stream values (fp32 of the bf16), element order u
   __shared__ float xs[RPC][Q][CL_LANES];        // x of the next step (folded)
   __shared__ u64 xbar[2];                       // the exchange of step s is complete: xbar[s & 1]
@@ -985,9 +1157,11 @@ __device__ void cluster_cycle(const CArgs& p) {
     int row0, nrows;
     rows_of(st.rows, p.groups, g, row0, nrows);
     if (work) {
+#ifndef CL_W_LDG
       if (fetcher) fetch_weights<Q>(p, 0, st.nout, r, L0, wsm, &wbar[0]);
       if (NWB == 2 && fetcher && p.nsteps > 1) nout_next = p.steps[1].nout;
       wpending = true;
+#endif
       if (t == 0)
         for (int k = 1; k < CL_LOOKAHEAD && k < p.nsteps; k++) prefetch_l2<Q>(p.steps[k], r, b);
       if (st.fused) load_order<Q>(p.order + p.order_off[0], args_s[0].D, row0, nrows, L0, ord_s, t, NT);
@@ -1089,7 +1263,12 @@ __device__ void cluster_cycle(const CArgs& p) {
     }
     const float* const wcur = wsm + (NWB == 2 && CL_FETCHES ? (s & 1) * WSZ : 0);  // this step's weights
     if constexpr (BY_LANES) {
+#ifdef CL_W_LDG  // tuning (exact): the weights read from global memory (L2, prefetched CL_LOOKAHEAD steps ahead)
+                 // into registers, no copy through shared memory: A 1.25 -> 2.88 us at TP4 M=2 (H200)
+      if (work) dots_by_lanes<Q, RPC, PS, LANES>(A.fn + L0, sv, nrows, nout, w, lane, halves);
+#else
       if (work) dots_by_lanes<Q, RPC, PS>(wcur, sv, nrows, nout, w, lane, halves);
+#endif
     } else {
       const int wr = TILE ? w / CW : 0, wc = TILE ? w % CW : w;  // the warp's row block and chain group
       const int mrow0 = wr * RW, nrw = min(RW, nrows - mrow0);    // its rows: [mrow0, mrow0 + nrw)
@@ -1164,7 +1343,11 @@ __device__ void cluster_cycle(const CArgs& p) {
     const MhcArgs& A1 = args_s[(s + 1) & 1];
     int nrow0 = 0, nn = 0;
     if (s + 1 < p.nsteps) rows_of(nh_[5], p.groups, g, nrow0, nn);
+#ifdef CL_LL_THIRD  // timing ablation: the join's words of a third of the elements published and folded (inexact)
+    const int n1 = (nn * Q * CL_LANES + 2) / 3;
+#else
     const int n1 = nn * Q * CL_LANES;
+#endif
     const unsigned char* ordg = s + 1 < p.nsteps ? p.order + ordoff_s[(s + 1) & 1] : nullptr;
     // flag-and-data join: this rank's partial of the next all-reduce for the elements a helper thread
     // publishes (i = ht + j*nh; a producer holds what it publishes) and their first ranks in the fold (the
@@ -1178,9 +1361,23 @@ __device__ void cluster_cycle(const CArgs& p) {
     // firstb, loaded here as the helpers' are; at most four ranks: at eight this second fold's registers spilled).
     constexpr int NES = ll_batch<true, R, NE>();
     const int nsplit = nh * NES, st_ = w * 32 + lane;
-    const bool split = CL_LL_SPLIT && R <= 4 && ll && A1.ring.is_bf16 && nsk > 0 && n1 > nsplit && n1 - nsplit <= nsk * 32 * NES;
-    unsigned own[NE], firstb[NE];
-    if (ll && helper) {
+    const bool split = CL_LL_SPLIT && !CL_LL_PACK3 && R <= 4 && ll && A1.ring.is_bf16 && nsk > 0 && n1 > nsplit &&
+                       n1 - nsplit <= nsk * 32 * NES;
+    const bool pack3 = CL_LL_PACK3 && ll && A1.ring.is_bf16;  // (the words of a bf16 all-reduce: three values each)
+    const int nw = (n1 + 2) / 3;  // (pack3) words of this block's elements
+    unsigned own[NO], firstb[NO];
+    if (ll && helper && pack3) {
+#pragma unroll
+      for (int j = 0; j < NW3; j++)
+#pragma unroll
+        for (int m = 0; m < 3; m++) {
+          const int i = 3 * (ht + j * nh) + m;
+          const bool on = i < n1;
+          const size_t e = elem_of<Q>(on ? i : 0, L0, nrow0);
+          own[3 * j + m] = on ? raw_bits<true>(A1.peers[r], e) : 0u;
+          firstb[3 * j + m] = on ? ordg[e] : 0u;
+        }
+    } else if (ll && helper) {
       const bool bf = A1.ring.is_bf16;
 #pragma unroll
       for (int j = 0; j < NE; j++) {
@@ -1286,7 +1483,22 @@ __device__ void cluster_cycle(const CArgs& p) {
         cluster_wait_any();
         if (ht == 0) dstamp(dh, 7);
         const bool bfw = A1.ring.is_bf16;
-        if (!(skipper && s == p.skip_step)) {  // (the watchdog test: the last cluster never publishes)
+        u64* const ll3 = reinterpret_cast<u64*>(ll32);  // (pack3) this step's packed words, rank 0's
+        if (pack3 && !(skipper && s == p.skip_step)) {
+          u64* const mine = ll3 + (size_t)r * (p.ll_stride / 2);
+#pragma unroll
+          for (int j = 0; j < NW3; j++)
+            if (ht + j * nh < nw)
+              st_relaxed(mine + slot3<Q>(ht + j * nh, L0, nrow0),
+                         word3_make(seq, own[3 * j], own[3 * j + 1], own[3 * j + 2]));
+          for (int k = ht + NW3 * nh; k < nw; k += nh) {  // (more words than NW3: none for the built shapes)
+            unsigned v[3];
+#pragma unroll
+            for (int m = 0; m < 3; m++)
+              v[m] = 3 * k + m < n1 ? raw_bits<true>(A1.peers[r], elem_of<Q>(3 * k + m, L0, nrow0)) : 0u;
+            st_relaxed(mine + slot3<Q>(k, L0, nrow0), word3_make(seq, v[0], v[1], v[2]));
+          }
+        } else if (!(skipper && s == p.skip_step)) {  // (the watchdog test: the last cluster never publishes)
 #pragma unroll
           for (int j = 0; j < NE; j++) {
             if (ht + j * nh >= n1) continue;
@@ -1298,14 +1510,21 @@ __device__ void cluster_cycle(const CArgs& p) {
           }
         }
         if (ht == 0) dstamp(dh, 10);
-        unsigned firstv[(NE + 7) / 8];
-        pack_firsts<NE>(firstb, firstv);
-        if (bfw)
-          fold_ll<Q, true, R, NE>(A1, ll32, p.ll_stride, seq, firstv, ordg, nrow0, split ? nsplit : n1, L0, xs, ht, nh, work,
-                                  p.err, p.timeout_ns, s);
-        else
-          fold_ll<Q, false, R, NE>(A1, ll64, p.ll_stride, seq, firstv, ordg, nrow0, n1, L0, xs, ht, nh, work, p.err,
-                                   p.timeout_ns, s);
+        if (pack3) {
+          unsigned firstv[(3 * NW3 + 7) / 8];
+          pack_firsts<3 * NW3>(firstb, firstv);
+          fold_ll3<Q, R, NW3>(A1, ll3, p.ll_stride / 2, seq, firstv, ordg, nrow0, n1, L0, xs, ht, nh, work,
+                              p.err, p.timeout_ns, s);
+        } else {
+          unsigned firstv[(NE + 7) / 8];
+          pack_firsts<NE>(firstb, firstv);
+          if (bfw)
+            fold_ll<Q, true, R, NE>(A1, ll32, p.ll_stride, seq, firstv, ordg, nrow0, split ? nsplit : n1, L0, xs, ht, nh,
+                                    work, p.err, p.timeout_ns, s);
+          else
+            fold_ll<Q, false, R, NE>(A1, ll64, p.ll_stride, seq, firstv, ordg, nrow0, n1, L0, xs, ht, nh, work, p.err,
+                                     p.timeout_ns, s);
+        }
         if (ht == 0) dstamp(dh, 9);
       } else {
         bar_named(1, nh);  // every y of this block is stored before its arrival
