@@ -156,7 +156,12 @@ def profile(drv, rows: int, tp: int, reps: int = 30) -> dict:
         pub = e[:, :, 10].reshape(len(e), nb // 16, 16)
         last = np.bincount(pub.max(2).argmax(1), minlength=nb // 16)
         handoff = e[:, :, 9].reshape(len(e), nb // 16, 16) - pub.max(1)[:, None, :]
+        # the block whose fold ends a step last: its index in its cluster and its cluster (a straggler of one layout or
+        # one cluster shows as a peak; a cluster is a rank where the rank has one row group)
+        late = e[:, :, 9].astype(np.int64).argmax(1)
         skew = {"spread_us": spread, "last_publisher_counts": last.tolist(),
+                "last_fold_by_block": np.bincount(late % 16, minlength=16).tolist(),
+                "last_fold_by_cluster": np.bincount(late // 16, minlength=nb // 16).tolist(),
                 "fold_after_last_publish_us": {"median": float(np.median(handoff)) / 1e3,
                                                "p90": float(np.percentile(handoff, 90)) / 1e3,
                                                "max of a step (median)": float(np.median(handoff.max((1, 2)))) / 1e3}}
@@ -221,7 +226,8 @@ def main():
         sp = ", ".join(f"{k} {v:.2f}" for k, v in sk["spread_us"].items())
         fa = ", ".join(f"{k} {v:.2f}" for k, v in sk["fold_after_last_publish_us"].items())
         print(f"| TP{p['tp']} M={p['M']} every block | spread (us, max - min over blocks): {sp}; last publisher by rank "
-              f"{sk['last_publisher_counts']}; fold done after the last rank published (us): {fa} |")
+              f"{sk['last_publisher_counts']}; last fold by block {sk['last_fold_by_block']}, by cluster "
+              f"{sk['last_fold_by_cluster']}; fold done after the last rank published (us): {fa} |")
         wp = "; ".join(f"{k} {v['us_after_start']:.2f}" + (f" (warps {v['warp_counts']})" if "warp_counts" in v else "")
                        for k, v in sk["warps"].items())
         print(f"| TP{p['tp']} M={p['M']} warps | us after the step's start: {wp} |")
