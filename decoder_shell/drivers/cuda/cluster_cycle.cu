@@ -604,11 +604,12 @@ __device__ __forceinline__ void fold_ll3(const MhcArgs& a, const u64* ll, long l
   for (int j0 = 0; j0 < NW; j0 += B) {
     if (it + j0 * nt >= nw) break;
     u64 wv[B][R];
+    size_t sl[B];  // each word's slot (past the thread's words: the batch's first word again, unused)
 #pragma unroll
     for (int k = 0; k < B; k++) {
-      const int kw = j0 + k < NW && it + (j0 + k) * nt < nw ? it + (j0 + k) * nt : it + j0 * nt;
+      sl[k] = slot3<Q>(j0 + k < NW && it + (j0 + k) * nt < nw ? it + (j0 + k) * nt : it + j0 * nt, L0, row0);
 #pragma unroll
-      for (int q = 0; q < R; q++) wv[k][q] = ld_relaxed(ll + q * stride + slot3<Q>(kw, L0, row0));
+      for (int q = 0; q < R; q++) wv[k][q] = ld_relaxed(ll + q * stride + sl[k]);
     }
     const u64 t0 = globaltimer();
     for (unsigned rnd = 0; ok; rnd++) {
@@ -617,15 +618,13 @@ __device__ __forceinline__ void fold_ll3(const MhcArgs& a, const u64* ll, long l
 #endif
       bool pending = false;
 #pragma unroll
-      for (int k = 0; k < B; k++) {
-        const int kw = j0 + k < NW && it + (j0 + k) * nt < nw ? it + (j0 + k) * nt : it + j0 * nt;
+      for (int k = 0; k < B; k++)
 #pragma unroll
         for (int q = 0; q < R; q++)
           if (!word3_current(wv[k][q], seq)) {
             pending = true;
-            wv[k][q] = ld_relaxed(ll + q * stride + slot3<Q>(kw, L0, row0));
+            wv[k][q] = ld_relaxed(ll + q * stride + sl[k]);
           }
-      }
       if (!pending) break;
       if ((rnd & 15) == 15 && watchdog_stop(err, t0, timeout_ns, step)) ok = false;
     }
@@ -640,13 +639,14 @@ __device__ __forceinline__ void fold_ll3(const MhcArgs& a, const u64* ll, long l
   }
   for (int kw = it + NW * nt; kw < nw; kw += nt) {  // (more words than NW: none for the built shapes)
     u64 wv[R];
+    const u64* const w = ll + slot3<Q>(kw, L0, row0);
     const u64 t0 = globaltimer();
 #pragma unroll
     for (int q = 0; q < R; q++) {
-      wv[q] = ld_relaxed(ll + q * stride + slot3<Q>(kw, L0, row0));
+      wv[q] = ld_relaxed(w + q * stride);
       for (unsigned rnd = 0; ok && !word3_current(wv[q], seq); rnd++) {
         if ((rnd & 15) == 15 && watchdog_stop(err, t0, timeout_ns, step)) ok = false;
-        wv[q] = ld_relaxed(ll + q * stride + slot3<Q>(kw, L0, row0));
+        wv[q] = ld_relaxed(w + q * stride);
       }
     }
     if (!work || !ok) continue;
