@@ -46,7 +46,10 @@ def pexp(x: np.ndarray) -> np.ndarray:
     r = (x - n*LN2_HI) - n*LN2_LO, p = Horner(EXP_POLY, r), result = p * 2**n with 2**n built from
     its exponent bits (exact, always a normal number in this range).
     """
-    x = np.fmax(np.fmin(np.asarray(x, dtype=F32), EXP_HI), EXP_LO)
+    x = np.asarray(x, dtype=F32)
+    # fminf(NaN, 88) = 88 for every NaN, signaling ones too: numpy's fmin returns a signaling NaN's quiet copy in
+    # its scalar loop (an array's last len % 16 elements) and 88 in its vector loop, so NaN is replaced explicitly
+    x = np.where(np.isnan(x), EXP_HI, np.maximum(np.minimum(x, EXP_HI), EXP_LO))
     n = (x * LOG2E + ROUND_MAGIC) - ROUND_MAGIC
     r = (x - n * LN2_HI) - n * LN2_LO
     p = np.full_like(r, EXP_POLY[0])
