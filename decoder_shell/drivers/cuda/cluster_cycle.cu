@@ -263,8 +263,14 @@ __device__ __forceinline__ void fold_store(const MhcArgs& a, const unsigned (&ra
   float v[R];
 #pragma unroll
   for (int t = 0; t < R; t++) v[t] = __uint_as_float(BF ? raw[t] << 16 : raw[t]);
+#ifdef CL_FOLD_NONE  // timing ablation: no fold, the first rank's value taken as x (inexact)
+  const float x = v[0];
+#else
   const float x = ring_fold_ordered(v, a.ring);
+#endif
+#ifndef CL_NO_AROUT  // timing ablation: the all-reduce's output not written (inexact)
   st(a.ar_out, e, x, BF);
+#endif
   const Slot sl = slot_of<Q>(i, L0);
   xs[sl.mi][sl.q][sl.l] = x;
 }
@@ -708,6 +714,9 @@ __device__ __forceinline__ void prefetch_partials(const PartFetch& f, int groups
 // issued them at the start of A) the weights CL_LOOKAHEAD steps ahead.
 template <int Q>
 __device__ __forceinline__ void prefetches_b(const PartFetch& f, int groups, int g, int b) {
+#ifdef CL_NO_PF_B  // tuning (exact): no prefetch into L2 in B (the weight copies and the fold read HBM instead)
+  return;
+#endif
   prefetch_partials(f, groups, g, b);
 #ifndef CL_PREFETCH_EARLY
   if (f.fn) prefetch_fn<Q>(f.fn, f.nout, b);
