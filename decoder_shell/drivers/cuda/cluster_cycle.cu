@@ -255,10 +255,36 @@ __device__ __forceinline__ unsigned raw_bits(const void* src, size_t e) {
 __device__ __forceinline__ unsigned raw_bits(bool bf, const void* src, size_t e) {
   return bf ? raw_bits<true>(src, e) : raw_bits<false>(src, e);
 }
+// What a fold reads of its step's arguments, copied into registers once, before its first store: the
+// arguments live in shared memory, and a store through the output's generic pointer may alias them, so
+// read there, the ring's fields were loaded again after every store, and each of the fold's steps waited
+// for two shared-memory loads and branched on them (SASS, sm_90: the fold of a thread's elements one after
+// the other, each rank's add behind ~90 cycles of loads; H200 TP4 M=2, the fold 1.50 us after the join
+// where with no arithmetic it took 0.96, nineteenth session).
+struct FoldTo {
+  Ring ring;
+  void* out;  // the all-reduce's output
+};
+__device__ __forceinline__ FoldTo fold_to(const MhcArgs& a) { return FoldTo{a.ring, a.ar_out}; }
+// ring_fold_ordered's additions and roundings (kernels.cu) for a fold whose dtype is the build's (BF), with its
+// branches as selects: a thread's elements then fold side by side instead of one after the other (each of
+// ring_fold_ordered's steps branches on the ring's fields). Where the ring has fewer ranks than the build's R,
+// the steps past them leave the sum as it is, as there.
+template <bool BF, int R>
+__device__ __forceinline__ float fold_regs(const float (&v)[R], const Ring& c) {
+  const bool hop = BF && c.hop;
+  float acc = v[0];
+#pragma unroll
+  for (int t = 1; t < R; t++) {
+    const float sum = ADD(acc, v[t]), rounded = BF ? round_bf(sum) : sum;
+    acc = t < c.ranks ? (hop ? rounded : sum) : acc;
+  }
+  return BF ? round_bf(acc) : acc;
+}
 // The fold of one element's R values in the contract's order (raw bits), written to the all-reduce's
 // output and to xs.
 template <int Q, bool BF, int R>
-__device__ __forceinline__ void fold_store(const MhcArgs& a, const unsigned (&raw)[R], size_t e, int i, int L0,
+__device__ __forceinline__ void fold_store(const FoldTo& f, const unsigned (&raw)[R], size_t e, int i, int L0,
                                            float (*xs)[Q][CL_LANES]) {
   float v[R];
 #pragma unroll
@@ -266,10 +292,10 @@ __device__ __forceinline__ void fold_store(const MhcArgs& a, const unsigned (&ra
 #ifdef CL_FOLD_NONE  // timing ablation: no fold, the first rank's value taken as x (inexact)
   const float x = v[0];
 #else
-  const float x = ring_fold_ordered(v, a.ring);
+  const float x = fold_regs<BF, R>(v, f.ring);
 #endif
 #ifndef CL_NO_AROUT  // timing ablation: the all-reduce's output not written (inexact)
-  st(a.ar_out, e, x, BF);
+  st(f.out, e, x, BF);
 #endif
   const Slot sl = slot_of<Q>(i, L0);
   xs[sl.mi][sl.q][sl.l] = x;
@@ -319,6 +345,7 @@ __device__ __forceinline__ void fold_ranks(const MhcArgs& a, const unsigned char
                                            float (*xs)[Q][CL_LANES], int it, int nt) {
   constexpr int B = 4;
   const int n = nrows * Q * CL_LANES;
+  const FoldTo f = fold_to(a);
   for (int i0 = it; i0 < n; i0 += B * nt) {
     unsigned raw[B][R];
     size_t e[B];
@@ -335,7 +362,7 @@ __device__ __forceinline__ void fold_ranks(const MhcArgs& a, const unsigned char
 #ifdef CL_FOLD_NOLOAD  // timing ablation: the fold without waiting for its loads of the partials (inexact)
       for (int t = 0; t < R; t++) raw[k][t] = __float_as_uint((float)ord[i]) >> (BF ? 16 : 0);
 #endif
-      fold_store<Q, BF, R>(a, raw[k], e[k], i, L0, xs);
+      fold_store<Q, BF, R>(f, raw[k], e[k], i, L0, xs);
     }
   }
 }
@@ -460,9 +487,10 @@ __device__ __forceinline__ void fold_ll_one(const MhcArgs& a, const typename Wor
                                             int step, bool& ok) {
   float v[R];
   int rr = first;
+  const FoldTo f = fold_to(a);
   const u64 t0 = globaltimer();
 #pragma unroll
-  for (int t = 0; t < R; t++, rr = next_rank<R>(rr, a.ring.dir)) {
+  for (int t = 0; t < R; t++, rr = next_rank<R>(rr, f.ring.dir)) {
     typename Word<BF>::T wd = ld_relaxed(ll + rr * stride + e);
     for (unsigned n = 0; ok && !Word<BF>::current(wd, seq); n++) {
       if ((n & 15) == 15 && watchdog_stop(err, t0, timeout_ns, step)) ok = false;
@@ -471,8 +499,8 @@ __device__ __forceinline__ void fold_ll_one(const MhcArgs& a, const typename Wor
     v[t] = __uint_as_float(BF ? Word<BF>::bits(wd) << 16 : Word<BF>::bits(wd));
   }
   if (!work || !ok) return;
-  const float x = ring_fold_ordered(v, a.ring);
-  st(a.ar_out, (size_t)e, x, BF);
+  const float x = ring_fold_ordered(v, f.ring);
+  st(f.out, (size_t)e, x, BF);
   const Slot sl = slot_of<Q>(i, L0);
   xs[sl.mi][sl.q][sl.l] = x;
 }
@@ -486,7 +514,8 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const typename Word<BF
                                         int L0, float (*xs)[Q][CL_LANES], int it, int nt, bool work, int* err,
                                         u64 timeout_ns, int step) {
   constexpr int B = ll_batch<BF, R, NE>();
-  const int dir = a.ring.dir;
+  const FoldTo f = fold_to(a);
+  const int dir = f.ring.dir;
   bool ok = true;
 #pragma unroll
   for (int j0 = 0; j0 < NE; j0 += B) {
@@ -533,7 +562,7 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const typename Word<BF
       unsigned raw[R];
 #pragma unroll
       for (int t = 0; t < R; t++) raw[t] = Word<BF>::bits(wv[k][t]);
-      fold_store<Q, BF, R>(a, raw, (size_t)e[k], i, L0, xs);
+      fold_store<Q, BF, R>(f, raw, (size_t)e[k], i, L0, xs);
     }
   }
   for (int i = it + NE * nt; i < n; i += nt) {
@@ -579,20 +608,20 @@ __device__ __forceinline__ unsigned word3_value(const unsigned (&f)[R], int rr) 
 // The fold of a packed word's (up to) three elements from every rank's word w[R] (rank order 0..R-1): each
 // element's values in its ring order from its first rank, folded and stored as fold_ll's.
 template <int Q, int R>
-__device__ __forceinline__ void fold_word3(const MhcArgs& a, const u64 (&w)[R], int k, int n, const int (&first)[3],
+__device__ __forceinline__ void fold_word3(const FoldTo& f, const u64 (&w)[R], int k, int n, const int (&first)[3],
                                            int L0, int row0, float (*xs)[Q][CL_LANES]) {
 #pragma unroll
   for (int m = 0; m < 3; m++) {
     const int i = 3 * k + m;
     if (i >= n) continue;
-    unsigned f[R];
+    unsigned fq[R];
 #pragma unroll
-    for (int q = 0; q < R; q++) f[q] = (unsigned)(w[q] >> (16 * m)) & 0xffffu;
+    for (int q = 0; q < R; q++) fq[q] = (unsigned)(w[q] >> (16 * m)) & 0xffffu;
     unsigned raw[R];
     int rr = first[m];
 #pragma unroll
-    for (int t = 0; t < R; t++, rr = next_rank<R>(rr, a.ring.dir)) raw[t] = word3_value<R>(f, rr);
-    fold_store<Q, true, R>(a, raw, elem_of<Q>(i, L0, row0), i, L0, xs);
+    for (int t = 0; t < R; t++, rr = next_rank<R>(rr, f.ring.dir)) raw[t] = word3_value<R>(fq, rr);
+    fold_store<Q, true, R>(f, raw, elem_of<Q>(i, L0, row0), i, L0, xs);
   }
 }
 // The fold of the next bf16 all-reduce over packed words, for the thread's words k = it + j*nt below (n + 2) / 3
@@ -605,6 +634,7 @@ __device__ __forceinline__ void fold_ll3(const MhcArgs& a, const u64* ll, long l
                                          u64 timeout_ns, int step) {
   constexpr int B = CL_LL_WORDS / R < NW ? (CL_LL_WORDS / R > 1 ? CL_LL_WORDS / R : 1) : NW;
   const int nw = (n + 2) / 3;
+  const FoldTo f = fold_to(a);
   bool ok = true;
 #pragma unroll
   for (int j0 = 0; j0 < NW; j0 += B) {
@@ -640,7 +670,7 @@ __device__ __forceinline__ void fold_ll3(const MhcArgs& a, const u64* ll, long l
       const int j = j0 + k, kw = it + j * nt;
       if (j >= NW || kw >= nw) continue;
       const int first[3] = {first_of(fp, 3 * j), first_of(fp, 3 * j + 1), first_of(fp, 3 * j + 2)};
-      fold_word3<Q, R>(a, wv[k], kw, n, first, L0, row0, xs);
+      fold_word3<Q, R>(f, wv[k], kw, n, first, L0, row0, xs);
     }
   }
   for (int kw = it + NW * nt; kw < nw; kw += nt) {  // (more words than NW: none for the built shapes)
@@ -659,7 +689,7 @@ __device__ __forceinline__ void fold_ll3(const MhcArgs& a, const u64* ll, long l
     int first[3];
 #pragma unroll
     for (int m = 0; m < 3; m++) first[m] = 3 * kw + m < n ? ordg[elem_of<Q>(3 * kw + m, L0, row0)] : 0;
-    fold_word3<Q, R>(a, wv, kw, n, first, L0, row0, xs);
+    fold_word3<Q, R>(f, wv, kw, n, first, L0, row0, xs);
   }
 }
 
