@@ -108,9 +108,7 @@ __device__ void sync_bench(const SArgs& a) {
 #pragma unroll
         for (int j = 0; j < NE; j++)
           if (ht + j * nh < n) st_relaxed(ll + r * a.stride + elem_of<Q>(ht + j * nh, L0, 0), Word<true>::make(seq, 0u));
-        const unsigned own[NE] = {};  // (the values it published: its own rank's words are not loaded, as in the cycle)
-        fold_ll<Q, true, R, NE, NE>(A, ll, a.stride, seq, fp, nullptr, 0, n, L0, xs, ht, nh, false, a.err, a.timeout_ns, k,
-                                    r, own);
+        fold_ll<Q, true, R, NE>(A, ll, a.stride, seq, fp, nullptr, 0, n, L0, xs, ht, nh, false, a.err, a.timeout_ns, k);
       } else if (mode != 3) {
         cluster_wait_any();
       }

@@ -504,22 +504,16 @@ __device__ __forceinline__ void fold_ll_one(const MhcArgs& a, const typename Wor
   const Slot sl = slot_of<Q>(i, L0);
   xs[sl.mi][sl.q][sl.l] = x;
 }
-#ifndef CL_LL_OWN
-#define CL_LL_OWN 1  // the helpers' fold takes its own rank's words from the values it published (0: loads them too)
-#endif
 // The fold of the next all-reduce over flag-and-data words, for the thread's elements below n: i = it + j*nt,
 // j < NE with their first ranks in registers (first_of(fp, j), from the host table), B at a time with every
 // rank's word of each loaded at once; elements past NE (none for the built shapes) one at a time with their
-// first rank read from the table (ordg). Where the thread itself published its elements' words of rank `me`
-// (own[j]: the helpers, CL_LL_OWN), those words are made from own instead of loaded: a quarter of the words a
-// round trip fewer at four ranks (me < 0: every rank's word loaded).
-template <int Q, bool BF, int R, int NE, int NOWN>
+// first rank read from the table (ordg).
+template <int Q, bool BF, int R, int NE>
 __device__ __forceinline__ void fold_ll(const MhcArgs& a, const typename Word<BF>::T* ll, long long stride, unsigned seq,
                                         const unsigned (&fp)[(NE + 7) / 8], const unsigned char* ordg, int row0, int n,
                                         int L0, float (*xs)[Q][CL_LANES], int it, int nt, bool work, int* err,
-                                        u64 timeout_ns, int step, int me, const unsigned (&own)[NOWN]) {
+                                        u64 timeout_ns, int step) {
   constexpr int B = ll_batch<BF, R, NE>();
-  static_assert(NOWN >= NE, "own values for every element of the thread");
   const FoldTo f = fold_to(a);
   const int dir = f.ring.dir;
   bool ok = true;
@@ -535,8 +529,7 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const typename Word<BF
       e[k] = (int)elem_of<Q>(on ? i : it + j0 * nt, L0, row0);
       int rr = on ? first_of(fp, j < NE ? j : j0) : first_of(fp, j0);
 #pragma unroll
-      for (int t = 0; t < R; t++, rr = next_rank<R>(rr, dir))
-        wv[k][t] = CL_LL_OWN && rr == me ? Word<BF>::make(seq, own[j < NE ? j : j0]) : ld_relaxed(ll + rr * stride + e[k]);
+      for (int t = 0; t < R; t++, rr = next_rank<R>(rr, dir)) wv[k][t] = ld_relaxed(ll + rr * stride + e[k]);
     }
     // until every word carries this step's sequence: the words not yet there read again, one round trip a
     // round; after timeout_ns (or once another wait set err) the launch is ended by the watchdog
@@ -1482,8 +1475,8 @@ __device__ void cluster_cycle(const CArgs& p) {
       if (split) {
         unsigned firstv[(NES + 7) / 8];
         pack_firsts<NES>(firstb, firstv);
-        fold_ll<Q, true, R, NES, NO>(A1, ll32, p.ll_stride, seq, firstv, ordg, nrow0, n1, L0, xs, nsplit + st_, nsk * 32,
-                                     work, p.err, p.timeout_ns, s, -1, own);
+        fold_ll<Q, true, R, NES>(A1, ll32, p.ll_stride, seq, firstv, ordg, nrow0, n1, L0, xs, nsplit + st_, nsk * 32, work,
+                                 p.err, p.timeout_ns, s);
       }
     } else if (helper) {
       if (mixer) {  // (in synchronization-only launches too: the exchange's waiters)
@@ -1530,8 +1523,7 @@ __device__ void cluster_cycle(const CArgs& p) {
         if (ht == 0) dstamp(dh, 7);
         const bool bfw = A1.ring.is_bf16;
         u64* const ll3 = reinterpret_cast<u64*>(ll32);  // (pack3) this step's packed words, rank 0's
-        const bool publisher = !(skipper && s == p.skip_step);  // (the watchdog test: the last cluster never publishes)
-        if (pack3 && publisher) {
+        if (pack3 && !(skipper && s == p.skip_step)) {
           u64* const mine = ll3 + (size_t)r * (p.ll_stride / 2);
 #pragma unroll
           for (int j = 0; j < NW3; j++)
@@ -1545,7 +1537,7 @@ __device__ void cluster_cycle(const CArgs& p) {
               v[m] = 3 * k + m < n1 ? raw_bits<true>(A1.peers[r], elem_of<Q>(3 * k + m, L0, nrow0)) : 0u;
             st_relaxed(mine + slot3<Q>(k, L0, nrow0), word3_make(seq, v[0], v[1], v[2]));
           }
-        } else if (publisher) {
+        } else if (!(skipper && s == p.skip_step)) {  // (the watchdog test: the last cluster never publishes)
 #pragma unroll
           for (int j = 0; j < NE; j++) {
             if (ht + j * nh >= n1) continue;
@@ -1566,11 +1558,11 @@ __device__ void cluster_cycle(const CArgs& p) {
           unsigned firstv[(NE + 7) / 8];
           pack_firsts<NE>(firstb, firstv);
           if (bfw)
-            fold_ll<Q, true, R, NE, NO>(A1, ll32, p.ll_stride, seq, firstv, ordg, nrow0, split ? nsplit : n1, L0, xs, ht,
-                                        nh, work, p.err, p.timeout_ns, s, publisher ? r : -1, own);
+            fold_ll<Q, true, R, NE>(A1, ll32, p.ll_stride, seq, firstv, ordg, nrow0, split ? nsplit : n1, L0, xs, ht, nh,
+                                    work, p.err, p.timeout_ns, s);
           else
-            fold_ll<Q, false, R, NE, NO>(A1, ll64, p.ll_stride, seq, firstv, ordg, nrow0, n1, L0, xs, ht, nh, work, p.err,
-                                         p.timeout_ns, s, publisher ? r : -1, own);
+            fold_ll<Q, false, R, NE>(A1, ll64, p.ll_stride, seq, firstv, ordg, nrow0, n1, L0, xs, ht, nh, work, p.err,
+                                     p.timeout_ns, s);
         }
         if (ht == 0) dstamp(dh, 9);
       } else {
