@@ -281,33 +281,24 @@ __device__ __forceinline__ float fold_regs(const float (&v)[R], const Ring& c) {
   }
   return BF ? round_bf(acc) : acc;
 }
-// The fold of one element's R values in the contract's order (raw bits).
-template <bool BF, int R>
-__device__ __forceinline__ float fold_value(const FoldTo& f, const unsigned (&raw)[R]) {
-  float v[R];
-#pragma unroll
-  for (int t = 0; t < R; t++) v[t] = __uint_as_float(BF ? raw[t] << 16 : raw[t]);
-#ifdef CL_FOLD_NONE  // timing ablation: no fold, the first rank's value taken as x (inexact)
-  return v[0];
-#else
-  return fold_regs<BF, R>(v, f.ring);
-#endif
-}
-// x of element e (slice element i) written to the all-reduce's output and to xs.
-template <int Q, bool BF>
-__device__ __forceinline__ void store_x(const FoldTo& f, float x, size_t e, int i, int L0, float (*xs)[Q][CL_LANES]) {
-#ifndef CL_NO_AROUT  // timing ablation: the all-reduce's output not written (inexact)
-  st(f.out, e, x, BF);
-#endif
-  const Slot sl = slot_of<Q>(i, L0);
-  xs[sl.mi][sl.q][sl.l] = x;
-}
 // The fold of one element's R values in the contract's order (raw bits), written to the all-reduce's
 // output and to xs.
 template <int Q, bool BF, int R>
 __device__ __forceinline__ void fold_store(const FoldTo& f, const unsigned (&raw)[R], size_t e, int i, int L0,
                                            float (*xs)[Q][CL_LANES]) {
-  store_x<Q, BF>(f, fold_value<BF, R>(f, raw), e, i, L0, xs);
+  float v[R];
+#pragma unroll
+  for (int t = 0; t < R; t++) v[t] = __uint_as_float(BF ? raw[t] << 16 : raw[t]);
+#ifdef CL_FOLD_NONE  // timing ablation: no fold, the first rank's value taken as x (inexact)
+  const float x = v[0];
+#else
+  const float x = fold_regs<BF, R>(v, f.ring);
+#endif
+#ifndef CL_NO_AROUT  // timing ablation: the all-reduce's output not written (inexact)
+  st(f.out, e, x, BF);
+#endif
+  const Slot sl = slot_of<Q>(i, L0);
+  xs[sl.mi][sl.q][sl.l] = x;
 }
 
 // The first rank of every element this block folds at the next all-reduce, from the host table into
@@ -364,17 +355,15 @@ __device__ __forceinline__ void fold_ranks(const MhcArgs& a, const unsigned char
       e[k] = elem_of<Q>(i < n ? i : i0, L0, row0);  // (past the end: element i0's loads again, unused)
       load_ranks<BF, R>(a, ord[i < n ? i : i0], e[k], raw[k]);
     }
-    float x[B];  // (every element folded before any is stored, as in fold_ll)
 #pragma unroll
     for (int k = 0; k < B; k++) {
+      const int i = i0 + k * nt;
+      if (i >= n) continue;
 #ifdef CL_FOLD_NOLOAD  // timing ablation: the fold without waiting for its loads of the partials (inexact)
-      for (int t = 0; t < R; t++) raw[k][t] = __float_as_uint((float)ord[i0]) >> (BF ? 16 : 0);
+      for (int t = 0; t < R; t++) raw[k][t] = __float_as_uint((float)ord[i]) >> (BF ? 16 : 0);
 #endif
-      x[k] = fold_value<BF, R>(f, raw[k]);
+      fold_store<Q, BF, R>(f, raw[k], e[k], i, L0, xs);
     }
-#pragma unroll
-    for (int k = 0; k < B; k++)
-      if (i0 + k * nt < n) store_x<Q, BF>(f, x[k], e[k], i0 + k * nt, L0, xs);
   }
 }
 
@@ -566,20 +555,14 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const typename Word<BF
       if ((rnd & 15) == 15 && watchdog_stop(err, t0, timeout_ns, step)) ok = false;
     }
     if (!work || !ok) continue;
-    // every element of the batch folded before any is stored (past the thread's elements: element j0's words
-    // again, unused), so that their chains run side by side, with no branch between them
-    float x[B];
-#pragma unroll
-    for (int k = 0; k < B; k++) {
-      unsigned raw[R];
-#pragma unroll
-      for (int t = 0; t < R; t++) raw[t] = Word<BF>::bits(wv[k][t]);
-      x[k] = fold_value<BF, R>(f, raw);
-    }
 #pragma unroll
     for (int k = 0; k < B; k++) {
       const int j = j0 + k, i = it + j * nt;
-      if (j < NE && i < n) store_x<Q, BF>(f, x[k], (size_t)e[k], i, L0, xs);
+      if (j >= NE || i >= n) continue;
+      unsigned raw[R];
+#pragma unroll
+      for (int t = 0; t < R; t++) raw[t] = Word<BF>::bits(wv[k][t]);
+      fold_store<Q, BF, R>(f, raw, (size_t)e[k], i, L0, xs);
     }
   }
   for (int i = it + NE * nt; i < n; i += nt) {
