@@ -1278,6 +1278,11 @@ __device__ void cluster_cycle(const CArgs& p) {
     if (t == 0) mbar_expect(&xbar[buf], CL_SIZE * npieces * 16);
     // C: stream values of this step for the block's columns
 #ifndef CL_C_SKIP  // timing ablation: no stream values at all (inexact)
+#ifdef CL_C_TWICE  // timing ablation: the stream values made twice by the same code (the second pass with its
+                   // instructions cached; inexact where a step's residual is the step before's values)
+#pragma unroll 1
+    for (int rep = 0; rep < 2; rep++)
+#endif
     if (work) stream_values<Q>(A, op, carried, row0, nrows, L0, xs, sv, pc, t, NT);
 #endif
     arrival(&arr_s[0], dh, true, w);
@@ -1306,6 +1311,11 @@ __device__ void cluster_cycle(const CArgs& p) {
                  // into registers, no copy through shared memory: A 1.25 -> 2.88 us at TP4 M=2 (H200)
       if (work) dots_by_lanes<Q, RPC, PS, LANES>(A.fn + L0, sv, nrows, nout, w, lane, halves);
 #else
+#ifdef CL_A_TWICE  // timing ablation: the dot products made twice by the same code (the second pass with its
+                   // instructions cached)
+#pragma unroll 1
+      for (int rep = 0; rep < 2; rep++)
+#endif
       if (work) dots_by_lanes<Q, RPC, PS>(wcur, sv, nrows, nout, w, lane, halves);
 #endif
     } else {
