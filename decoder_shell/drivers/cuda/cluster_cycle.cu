@@ -453,10 +453,6 @@ __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier
 #ifndef CL_LL_SPLIT
 #define CL_LL_SPLIT 1  // where the helpers would fold bf16 words in two round trips, the Sinkhorn warps take the second
 #endif
-#ifndef CL_LL_BACKOFF
-#define CL_LL_BACKOFF 0  // tuning: ns a folding thread pauses before it reads again the words not yet current (0: none;
-                         // fewer polls of the words other ranks are storing)
-#endif
 #ifndef CL_LL_WORDS32
 #define CL_LL_WORDS32 16  // 32-bit words (bf16 all-reduces) a thread waits for at once (24 spills at eight rows)
 #endif
@@ -541,17 +537,6 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const typename Word<BF
     for (unsigned rnd = 0; ok; rnd++) {
 #ifdef CL_LL_NOWAIT  // timing ablation: the fold of whatever the first loads found, published or not (inexact)
       break;
-#endif
-#if CL_LL_BACKOFF  // (a word not yet current: a pause before the words not yet current are read again)
-      {
-        bool any = false;
-#pragma unroll
-        for (int k = 0; k < B; k++)
-#pragma unroll
-          for (int t = 0; t < R; t++) any |= !Word<BF>::current(wv[k][t], seq);
-        if (!any) break;
-        __nanosleep(CL_LL_BACKOFF);
-      }
 #endif
       bool pending = false;
 #pragma unroll
@@ -1180,11 +1165,6 @@ __device__ void cluster_cycle(const CArgs& p) {
   // (st.async), complete on xbar[s & 1]
   constexpr int NWB = cl_wbufs<RPC>(), WSZ = 24 * HC * Q * CL_LANES;  // weight buffers, floats of one
   float (*const recv)[CL_SIZE][PS] = reinterpret_cast<float (*)[CL_SIZE][PS]>(wsm + NWB * WSZ);
-#ifdef CL_PAD  // layout probe (the same work): CL_PAD instructions that use no register, run once at the kernel's
-               // start, so that every later instruction lies 16 x CL_PAD bytes further on
-#pragma unroll
-  for (int k = 0; k < CL_PAD; k++) asm volatile("nanosleep.u32 0;" ::: "memory");
-#endif
   const int t = threadIdx.x, w = t >> 5, lane = t & 31;
   const int b = (int)cluster_ctarank(), cid = blockIdx.x / CL_SIZE;
   const int r = p.rank0 + cid / p.groups, g = cid % p.groups;
