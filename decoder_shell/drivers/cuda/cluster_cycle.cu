@@ -260,7 +260,8 @@ __device__ __forceinline__ unsigned raw_bits(bool bf, const void* src, size_t e)
 // read there, the ring's fields were loaded again after every store, and each of the fold's steps waited
 // for two shared-memory loads and branched on them (SASS, sm_90: the fold of a thread's elements one after
 // the other, each rank's add behind ~90 cycles of loads; H200 TP4 M=2, the fold 1.50 us after the join
-// where with no arithmetic it took 0.96, nineteenth session).
+// where with no arithmetic it took 0.96; with the fields in registers 1.15, and 2.50 -> 1.89 at M=8; nineteenth
+// session).
 struct FoldTo {
   Ring ring;
   void* out;  // the all-reduce's output
@@ -582,8 +583,9 @@ __device__ __forceinline__ void fold_ll(const MhcArgs& a, const typename Word<BF
 // H200 TP4 (docs/BENCHMARKS.md, eighteenth session): a timing ablation with a third of the 32-bit words took M=8
 // from 0.975 to 0.850 ms; this form of it is exact (24 M random elements, the draft + verify replay) and slower:
 // M=2 / 8 0.63 / 1.19 against 0.50 / 0.99, its blocks' folds ending up to 1.4 us apart (0.35 with the 32-bit
-// words), with a block's words contiguous or spread as the 32-bit ones, and without waiting on any word. Suspected:
-// a thread's three ring folds in sequence (a third of the threads fold); next, one element a thread. Off by default.
+// words), with a block's words contiguous or spread as the 32-bit ones, and without waiting on any word; and still
+// with the fold's arithmetic from registers (fold_regs, nineteenth session: M=2 / 8 0.545 / 1.092 against 0.496 /
+// 0.926). Off by default.
 #ifndef CL_LL_PACK3
 #define CL_LL_PACK3 0
 #endif
