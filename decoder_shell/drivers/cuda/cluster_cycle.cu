@@ -1230,11 +1230,15 @@ __device__ void cluster_cycle(const CArgs& p) {
     // in B instead (step s + 2's into step s's buffer), by thread 0 after its Sinkhorn M=1/2 ran 0.473 / 0.545 ms,
     // by a helper beside B's prefetches 0.532 / 0.616 (the copy slowed the fold, 1.6 -> 2.7 us), against 0.462 /
     // 0.525 here (fifteenth session): both removed
-    if (NWB == 2 && CL_FETCHES && work && fetcher && s + 1 < p.nsteps) {
-      fetch_weights<Q>(p, s + 1, nout_next, r, L0, wsm + ((s + 1) & 1) * WSZ, &wbar[(s + 1) & 1]);
-      nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;
-      dstamp(ds, 15);
-    }
+#define CL_FETCH_NEXT()                                                                                  \
+  if (NWB == 2 && CL_FETCHES && work && fetcher && s + 1 < p.nsteps) {                                   \
+    fetch_weights<Q>(p, s + 1, nout_next, r, L0, wsm + ((s + 1) & 1) * WSZ, &wbar[(s + 1) & 1]);         \
+    nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;                                               \
+    dstamp(ds, 15);                                                                                       \
+  }
+#ifndef CL_FETCH_AFTER_C  // tuning: the request after the thread's stream values, before C's barrier
+    CL_FETCH_NEXT()
+#endif
     int row0, nrows;
     rows_of(hd[5], p.groups, g, row0, nrows);
     // the roles of B: Sinkhorn warps (two rows each), helper warps (y, join, the next all-reduce)
@@ -1286,6 +1290,9 @@ __device__ void cluster_cycle(const CArgs& p) {
     for (int rep = 0; rep < 2; rep++)
 #endif
     if (work) stream_values<Q>(A, op, carried, row0, nrows, L0, xs, sv, pc, t, NT);
+#endif
+#ifdef CL_FETCH_AFTER_C
+    CL_FETCH_NEXT()
 #endif
     arrival(&arr_s[0], dh, true, w);
     arrival(&arr_s[3], dh, false, w);
