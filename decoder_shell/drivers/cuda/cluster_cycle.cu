@@ -1229,16 +1229,13 @@ __device__ void cluster_cycle(const CArgs& p) {
     // neutral on the H200: stream values + to next step 1.15 -> 1.18 us at M=2, thirteenth session). Requested
     // in B instead (step s + 2's into step s's buffer), by thread 0 after its Sinkhorn M=1/2 ran 0.473 / 0.545 ms,
     // by a helper beside B's prefetches 0.532 / 0.616 (the copy slowed the fold, 1.6 -> 2.7 us), against 0.462 /
-    // 0.525 here (fifteenth session): both removed
-#define CL_FETCH_NEXT()                                                                                  \
-  if (NWB == 2 && CL_FETCHES && work && fetcher && s + 1 < p.nsteps) {                                   \
-    fetch_weights<Q>(p, s + 1, nout_next, r, L0, wsm + ((s + 1) & 1) * WSZ, &wbar[(s + 1) & 1]);         \
-    nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;                                               \
-    dstamp(ds, 15);                                                                                       \
-  }
-#ifndef CL_FETCH_AFTER_C  // tuning: the request after the thread's stream values, before C's barrier
-    CL_FETCH_NEXT()
-#endif
+    // 0.525 here (fifteenth session): both removed. After thread 0's stream values, C took 0.93 against 0.83 us and
+    // TP4 M=2 0.518 against 0.494 ms (nineteenth session; with no copy at all C is 0.77): removed
+    if (NWB == 2 && CL_FETCHES && work && fetcher && s + 1 < p.nsteps) {
+      fetch_weights<Q>(p, s + 1, nout_next, r, L0, wsm + ((s + 1) & 1) * WSZ, &wbar[(s + 1) & 1]);
+      nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;
+      dstamp(ds, 15);
+    }
     int row0, nrows;
     rows_of(hd[5], p.groups, g, row0, nrows);
     // the roles of B: Sinkhorn warps (two rows each), helper warps (y, join, the next all-reduce)
@@ -1290,9 +1287,6 @@ __device__ void cluster_cycle(const CArgs& p) {
     for (int rep = 0; rep < 2; rep++)
 #endif
     if (work) stream_values<Q>(A, op, carried, row0, nrows, L0, xs, sv, pc, t, NT);
-#endif
-#ifdef CL_FETCH_AFTER_C
-    CL_FETCH_NEXT()
 #endif
     arrival(&arr_s[0], dh, true, w);
     arrival(&arr_s[3], dh, false, w);
