@@ -124,12 +124,13 @@ def _serve_rank0(engine: Engine, plugin, opts: ServeOptions, geometry, http_serv
         "ok": True, "tp": opts.tp, "mhc": opts.mhc, "backend": opts.backend, "verify_rows": opts.verify_rows,
         "device": opts.device, "preset": opts.preset,
         "capture": plugin is not None, "geometry": geometry.to_json()}}
-    threading.Thread(target=http_server.serve_forever, name="reference-http", daemon=True).start()
     token = f"; capture token in {opts.token_file}" if plugin is not None else "; capture plugin not installed"
     g = geometry
     print(f"serving http://127.0.0.1:{http_server.server_address[1]} (TP {opts.tp}, {opts.backend} on "
           f"{opts.device}, hidden {g.hidden}, layers {g.layers}, mhc {opts.mhc}, verify rows {opts.verify_rows}, "
           f"ready in {time.monotonic() - opts.started:.1f} s){token}", flush=True)
+    # answered only after the line above is out: a client that sees /health also sees the ready line
+    threading.Thread(target=http_server.serve_forever, name="reference-http", daemon=True).start()
     while True:
         job = jobs.get()
         dist.broadcast_object_list([job["cmd"]], src=0)
