@@ -9,7 +9,10 @@ to keep the transliteration the kernels' own.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,3 +57,16 @@ def test_every_high_half_at_the_rounding_edges():
 def test_arbitrary_patterns(words):
     u = np.array(words, dtype=np.uint32)
     assert np.array_equal(f2bf_int(u), contract_bits(u))
+
+
+def test_the_device_check_builds(tmp_path, monkeypatch):
+    """tools/bf16_check.py's kernel (f2bf, f2bf_int and the paired f2bf2 over every input) compiles with the
+    kernels' exact flags: a GPU run must not find a build error."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "tools"))
+    import bf16_check
+    from device_checks import SOURCE as CHECK_SOURCE
+    assert "f2bf2(f, o)" in bf16_check.KERNEL and "f2bf2(o, f)" in bf16_check.KERNEL
+    assert b"bf16_check" in compile_cubin(CHECK_SOURCE + bf16_check.KERNEL, "sm_90", EXACT_FLAGS, "bf16_check.cu")
