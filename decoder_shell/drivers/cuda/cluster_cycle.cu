@@ -970,6 +970,10 @@ __device__ __forceinline__ float4 dot_piece(const float (*half)[PS], int j) {
 // of all of them (predicated), and every store through `streams` made the compiler reload the arguments
 // from shared memory, which the store might have changed (~350 instructions a warp an element).
 enum { SV_PRE = 0, SV_CARRIED = 1, SV_GLOBAL = 2 };
+#ifndef CL_SV_PAIRS
+#define CL_SV_PAIRS 1  // 0: the stream values converted one at a time (f2bf, ~15 instructions a pair more)
+#endif
+static_assert(HC == 4, "the stream values' NaN test and pairs are written out for four streams");
 template <int Q, int CASE>
 __device__ __forceinline__ void stream_values_of(const MhcArgs& A, int row0, int nrows, int L0,
                                                  const float (*xs)[Q][CL_LANES], float (*sv)[HC * Q][CL_LANES],
@@ -1016,6 +1020,25 @@ __device__ __forceinline__ void stream_values_of(const MhcArgs& A, int row0, int
       }
     }
     bf16_t* const out = streams + (size_t)(row0 + sl.mi) * HC * D + sl.col;  // streams[m][k][d] at out + k*D
+#if CL_SV_PAIRS
+    // two values a conversion (f2bf2), each pair's bf16 kept packed in a 32-bit word: its stores and fp32 values are
+    // one shift or mask each. A NaN (outside a real cycle, but f2bf's bits all the same) on one branch for the four
+    unsigned pk[HC / 2];
+#pragma unroll
+    for (int k = 0; k < HC; k += 2) pk[k / 2] = f2bf2_nonan(v[k], v[k + 1]);
+    if (__builtin_expect(v[0] != v[0] || v[1] != v[1] || v[2] != v[2] || v[3] != v[3], 0)) {
+#pragma unroll
+      for (int k = 0; k < HC; k += 2) pk[k / 2] = f2bf2(v[k], v[k + 1]);
+    }
+#pragma unroll
+    for (int k = 0; k < HC; k++) {
+      const unsigned wd = pk[k / 2];
+#ifndef CL_C_NOSTORE  // timing ablation: the stream values not written to global memory (inexact)
+      out[(size_t)k * D] = (bf16_t)(k & 1 ? wd >> 16 : wd);
+#endif
+      sv[sl.mi][k * Q + sl.q][sl.l] = __uint_as_float(k & 1 ? wd & 0xffff0000u : wd << 16);
+    }
+#else
 #pragma unroll
     for (int k = 0; k < HC; k++) {
       const bf16_t bv = f2bf(v[k]);
@@ -1024,6 +1047,7 @@ __device__ __forceinline__ void stream_values_of(const MhcArgs& A, int row0, int
 #endif
       sv[sl.mi][k * Q + sl.q][sl.l] = bf2f(bv);
     }
+#endif
   }
 }
 template <int Q>
@@ -1126,6 +1150,33 @@ __host__ __device__ constexpr int cl_dyn_smem() {
   return 4 * (cl_wbufs<RPC>() * 24 * HC * Q * CL_LANES + 2 * CL_SIZE * cl_partials_floats<Q, RPC>());
 }
 
+// The roles of B for a step with nrows rows and nsk Sinkhorn warps (two rows each): the other warps are helpers
+// (y, the join, the next all-reduce), except (CL_ISOLATE_SK, one or two Sinkhorn warps) those that share a Sinkhorn
+// warp's scheduler (warp w issues on sub-partition w % 4): the Sinkhorn is the step's serial chain, and helpers
+// beside it slowed it from 2.5 to 4 us. Helper threads [0, nrows*HC) make pre; where a Sinkhorn runs, the last helper
+// warp's first nrows*HC threads make post (off the Sinkhorn warp's chain, and off the pre warp's).
+struct Roles {
+  bool helper, po, mixer;  // a helper warp's thread; one that makes post; one that makes pre or post
+  int hw, nh, ht, mv;      // rank among helper warps; helper threads; rank among them; (mixers) row * HC + stream
+};
+#ifndef CL_ROLES_CARRIED
+#define CL_ROLES_CARRIED 1  // the roles kept in registers from step to step, made again where nsk or nrows change
+#endif                      // (0: made at every step's start, ~40 instructions a warp on the way to the stream values)
+template <int NW>
+__device__ __forceinline__ Roles roles_of(int nsk, int nrows, int w, int lane) {
+  Roles o;
+  const bool iso = CL_ISOLATE_SK && nsk >= 1 && nsk <= 2;
+  o.helper = w >= nsk && (!iso || w % 4 >= nsk);
+  o.hw = iso ? (w / 4) * (4 - nsk) + max(0, w % 4 - nsk) : w - nsk;
+  o.nh = (iso ? (NW / 4) * (4 - nsk) : NW - nsk) * 32;
+  o.ht = o.hw * 32 + lane;
+  const int ppost = nsk > 0 ? o.ht - (o.nh - 32) : -1;  // this thread's post index, if 0 <= it < nrows*HC
+  o.po = o.helper && ppost >= 0 && ppost < nrows * HC;
+  o.mixer = o.helper && (o.ht < nrows * HC || o.po);
+  o.mv = o.po ? ppost : o.ht;
+  return o;
+}
+
 template <int Q, int RPC, int NT, int R>
 __device__ void cluster_cycle(const CArgs& p) {
   constexpr int NW = NT / 32, NCH = (CL_CHAINS + NW - 1) / NW;  // warps; chains a warp
@@ -1211,6 +1262,10 @@ __device__ void cluster_cycle(const CArgs& p) {
     }
     __syncthreads();
   }
+#if CL_ROLES_CARRIED
+  Roles ro{};
+  int role_key = -1;  // (nsk << 8) | nrows of the step ro was made for
+#endif
   for (int s = 0; s < p.nsteps; s++) {
     // the header from shared memory (copied during the step before): no global load at the step's start
     const int* hd = hdr_s[s & 1];
@@ -1238,22 +1293,20 @@ __device__ void cluster_cycle(const CArgs& p) {
     }
     int row0, nrows;
     rows_of(hd[5], p.groups, g, row0, nrows);
-    // the roles of B: Sinkhorn warps (two rows each), helper warps (y, join, the next all-reduce)
+    // the roles of B (Roles: Sinkhorn warps, helpers, mixers), made again only where the step's rows or its
+    // Sinkhorn warps differ from the step before's (CL_ROLES_CARRIED)
     const int nsk = work && op != OP_POST_HEAD ? (nrows + 1) / 2 : 0;
-    // helper warps: the others, except (CL_ISOLATE_SK, one or two Sinkhorn warps) those that share a
-    // Sinkhorn warp's scheduler (warp w issues on sub-partition w % 4): the Sinkhorn is the step's serial
-    // chain, and helpers beside it slowed it from 2.5 to 4 us
-    const bool iso = CL_ISOLATE_SK && nsk >= 1 && nsk <= 2;
-    const bool helper = w >= nsk && (!iso || w % 4 >= nsk);
-    const int hw = iso ? (w / 4) * (4 - nsk) + max(0, w % 4 - nsk) : w - nsk;  // rank among helper warps
-    const int nh = (iso ? (NW / 4) * (4 - nsk) : NW - nsk) * 32;
-    const int ht = hw * 32 + lane;  // (helpers) rank among the helper threads
+#if CL_ROLES_CARRIED
+    if (((nsk << 8) | nrows) != role_key) {
+      ro = roles_of<NW>(nsk, nrows, w, lane);
+      role_key = (nsk << 8) | nrows;
+    }
+#else
+    const Roles ro = roles_of<NW>(nsk, nrows, w, lane);
+#endif
+    const bool helper = ro.helper, po = ro.po, mixer = ro.mixer;
+    const int hw = ro.hw, nh = ro.nh, ht = ro.ht, mv = ro.mv;
     const int hf = lane >> 4, t16 = lane & 15;  // (Sinkhorn warps) the lane's row of the warp's two, its comb entry
-    // helper threads [0, nrows*HC) make pre; where a Sinkhorn runs, the last helper warp's first nrows*HC threads
-    // make post (off the Sinkhorn warp's chain, and off the pre warp's)
-    const int ppost = nsk > 0 ? ht - (nh - 32) : -1;  // (helpers) this thread's post index, if 0 <= it < nrows*HC
-    const bool po = helper && ppost >= 0 && ppost < nrows * HC, mixer = helper && (ht < nrows * HC || po);
-    const int mv = po ? ppost : ht;  // (mixers) row * HC + stream of the pre or post it makes
     // the threads that split mixes after the exchange (a Sinkhorn lane: its comb entry; a mixer: its pre or post)
     // load the step's base and scale now (params in global memory: the weight stream may have pushed them out of
     // L2; the latency overlaps C and A)
@@ -1270,7 +1323,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     // the next step's arguments and header: loaded into registers now, stored into shared memory after A
     // (the L2 round trip overlaps C and A instead of lengthening the exchange)
     u64 nx_w = 0;
-    if (s + 1 < p.nsteps) {
+    if (s + 1 < p.nsteps && t <= AW + 10) {  // (the warps past AW + 10 on one branch, not one a case)
       const PStep& nx = p.steps[s + 1];
       if (t < AW) nx_w = reinterpret_cast<const u64*>(&nx.mh[r])[t];
       else if (t < AW + 10) nx_w = (unsigned)(&nx.kind)[t - AW];
