@@ -1,8 +1,8 @@
-# call 2: the stream values two a conversion (f2bf2, CL_SV_PAIRS) and the next step's header on one branch, with the
-# roles carried (call 1). Exactness: f2bf2 over every input of either half (bf16_check), random cycles + FMA build +
+# call 1: the stream values two a conversion (f2bf2, CL_SV_PAIRS) and the next step's header on one branch, with the
+# roles carried (the twentieth session's call 1, 2026-12-05-h200-s20/). Exactness: f2bf2 over every input of either half (bf16_check), random cycles + FMA build +
 # watchdog (cluster_check), the dsv4-flash TP4 replay with changed epochs; then the cycle at TP4 M=1/2/4/8 against
 # 59b44e0 (.ab/base) and CL_SV_PAIRS=0, two rounds alternating; stamp profiles; Nsight Compute at M=2
-S=/tmp/e2; mkdir -p $S
+S=/tmp/e1; mkdir -p $S
 t0=$SECONDS
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl > /tmp/pip.log 2>&1 || { echo pip failed; exit; }
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
@@ -19,8 +19,9 @@ for v in base new nopairs; do
   (cd $d && DECODER_SHELL_CUDA_DEFINES="$def" timeout 60 python3 tools/cluster_check.py --cases 0 --profile-rows 2 8) > $S/profile-$v.log 2>&1; echo "profile $v rc=$? $((SECONDS-t0))s"
 done
 OUT=$S/ncu ROWS="2" timeout 100 bash tools/gpu_cluster_ncu.sh > $S/ncu.log 2>&1; echo "ncu rc=$? $((SECONDS-t0))s"
-tar czf $OUT/e2.tgz -C /tmp e2
+tar czf $OUT/e1.tgz -C /tmp e1
 tail -4 $S/bf16.log; grep "^| random\|^| FMA\|^| watchdog" $S/check.log | cut -c1-200; tail -3 $S/dv.log | cut -c1-300
 for f in $S/tp4-*.log; do echo "$(basename $f) $(grep '| shell baseline' $f | tail -1) $(grep '| shell persistent-cluster' $f | tail -1) $(grep 'mismatching elements (shell persistent' $f | tail -1)"; done
 for f in $S/profile-*.log; do echo "== $(basename $f)"; grep "^| TP4 M=[28] |" $f | cut -c1-250; done
 grep -E "Duration|Warp Cycles Per Issued" $S/ncu/m*/details.txt | head -4
+# (run as /tmp/e2 in the call, whose tarball unpacked here as call1-e1/; the names here are this folder's)
