@@ -971,10 +971,12 @@ __device__ __forceinline__ float4 dot_piece(const float (*half)[PS], int j) {
 // from shared memory, which the store might have changed (~350 instructions a warp an element).
 enum { SV_PRE = 0, SV_CARRIED = 1, SV_GLOBAL = 2 };
 #ifndef CL_SV_PAIRS
-#define CL_SV_PAIRS 1  // 0: the stream values converted one at a time (f2bf, ~15 instructions a pair more)
-#endif
+#define CL_SV_PAIRS 4  // the fewest rows of a build whose stream values are converted two at a time (f2bf2); fewer
+#endif                 // convert one at a time (f2bf, ~15 instructions a pair more). 1: every build, 9: none
+                       // (twenty-first session: at 8 rows C 1.34 against 1.54 us, the cycle ~2-3% faster; at 1 and
+                       // 2 rows the cycle no faster, C's gain then waiting in A; docs/BENCHMARKS.md)
 static_assert(HC == 4, "the stream values' NaN test and pairs are written out for four streams");
-template <int Q, int CASE>
+template <int Q, int CASE, bool PAIRS>
 __device__ __forceinline__ void stream_values_of(const MhcArgs& A, int row0, int nrows, int L0,
                                                  const float (*xs)[Q][CL_LANES], float (*sv)[HC * Q][CL_LANES],
                                                  const float (*pc)[HC + HC * HC], int it, int nt) {
@@ -1020,43 +1022,43 @@ __device__ __forceinline__ void stream_values_of(const MhcArgs& A, int row0, int
       }
     }
     bf16_t* const out = streams + (size_t)(row0 + sl.mi) * HC * D + sl.col;  // streams[m][k][d] at out + k*D
-#if CL_SV_PAIRS
-    // two values a conversion (f2bf2), each pair's bf16 kept packed in a 32-bit word: its stores and fp32 values are
-    // one shift or mask each. A NaN (outside a real cycle, but f2bf's bits all the same) on one branch for the four
-    unsigned pk[HC / 2];
+    if (PAIRS) {
+      // two values a conversion (f2bf2), each pair's bf16 kept packed in a 32-bit word: its stores and fp32 values are
+      // one shift or mask each. A NaN (outside a real cycle, but f2bf's bits all the same) on one branch for the four
+      unsigned pk[HC / 2];
 #pragma unroll
-    for (int k = 0; k < HC; k += 2) pk[k / 2] = f2bf2_nonan(v[k], v[k + 1]);
-    if (__builtin_expect(v[0] != v[0] || v[1] != v[1] || v[2] != v[2] || v[3] != v[3], 0)) {
+      for (int k = 0; k < HC; k += 2) pk[k / 2] = f2bf2_nonan(v[k], v[k + 1]);
+      if (__builtin_expect(v[0] != v[0] || v[1] != v[1] || v[2] != v[2] || v[3] != v[3], 0)) {
 #pragma unroll
-      for (int k = 0; k < HC; k += 2) pk[k / 2] = f2bf2(v[k], v[k + 1]);
-    }
+        for (int k = 0; k < HC; k += 2) pk[k / 2] = f2bf2(v[k], v[k + 1]);
+      }
 #pragma unroll
-    for (int k = 0; k < HC; k++) {
-      const unsigned wd = pk[k / 2];
+      for (int k = 0; k < HC; k++) {
+        const unsigned wd = pk[k / 2];
 #ifndef CL_C_NOSTORE  // timing ablation: the stream values not written to global memory (inexact)
-      out[(size_t)k * D] = (bf16_t)(k & 1 ? wd >> 16 : wd);
+        out[(size_t)k * D] = (bf16_t)(k & 1 ? wd >> 16 : wd);
 #endif
-      sv[sl.mi][k * Q + sl.q][sl.l] = __uint_as_float(k & 1 ? wd & 0xffff0000u : wd << 16);
-    }
-#else
+        sv[sl.mi][k * Q + sl.q][sl.l] = __uint_as_float(k & 1 ? wd & 0xffff0000u : wd << 16);
+      }
+    } else {
 #pragma unroll
-    for (int k = 0; k < HC; k++) {
-      const bf16_t bv = f2bf(v[k]);
+      for (int k = 0; k < HC; k++) {
+        const bf16_t bv = f2bf(v[k]);
 #ifndef CL_C_NOSTORE  // timing ablation: the stream values not written to global memory (inexact)
-      out[(size_t)k * D] = bv;
+        out[(size_t)k * D] = bv;
 #endif
-      sv[sl.mi][k * Q + sl.q][sl.l] = bf2f(bv);
+        sv[sl.mi][k * Q + sl.q][sl.l] = bf2f(bv);
+      }
     }
-#endif
   }
 }
-template <int Q>
+template <int Q, bool PAIRS>
 __device__ __forceinline__ void stream_values(const MhcArgs& A, int op, bool carried, int row0, int nrows, int L0,
                                               const float (*xs)[Q][CL_LANES], float (*sv)[HC * Q][CL_LANES],
                                               const float (*pc)[HC + HC * HC], int it, int nt) {
-  if (op == OP_PRE) stream_values_of<Q, SV_PRE>(A, row0, nrows, L0, xs, sv, pc, it, nt);
-  else if (carried) stream_values_of<Q, SV_CARRIED>(A, row0, nrows, L0, xs, sv, pc, it, nt);
-  else stream_values_of<Q, SV_GLOBAL>(A, row0, nrows, L0, xs, sv, pc, it, nt);
+  if (op == OP_PRE) stream_values_of<Q, SV_PRE, PAIRS>(A, row0, nrows, L0, xs, sv, pc, it, nt);
+  else if (carried) stream_values_of<Q, SV_CARRIED, PAIRS>(A, row0, nrows, L0, xs, sv, pc, it, nt);
+  else stream_values_of<Q, SV_GLOBAL, PAIRS>(A, row0, nrows, L0, xs, sv, pc, it, nt);
 }
 
 // Traced launches: a warp's arrival at a block barrier, kept as the latest (atomicMax) or earliest (atomicMin) of
@@ -1339,7 +1341,7 @@ __device__ void cluster_cycle(const CArgs& p) {
 #pragma unroll 1
     for (int rep = 0; rep < 2; rep++)
 #endif
-    if (work) stream_values<Q>(A, op, carried, row0, nrows, L0, xs, sv, pc, t, NT);
+    if (work) stream_values<Q, (RPC >= CL_SV_PAIRS)>(A, op, carried, row0, nrows, L0, xs, sv, pc, t, NT);
 #endif
     arrival(&arr_s[0], dh, true, w);
     arrival(&arr_s[3], dh, false, w);
