@@ -1163,7 +1163,7 @@ struct Roles {
 };
 #ifndef CL_ROLES_CARRIED
 #define CL_ROLES_CARRIED 1  // the roles kept in registers from step to step, made again where nsk or nrows change
-#endif                      // (0: made at every step's start, ~40 instructions a warp on the way to the stream values)
+#endif                      // (0: made at every step's start, ~20 instructions a warp on the way to the stream values)
 template <int NW>
 __device__ __forceinline__ Roles roles_of(int nsk, int nrows, int w, int lane) {
   Roles o;
