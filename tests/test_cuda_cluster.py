@@ -109,9 +109,10 @@ def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
     "SINKHORN_UNROLL=8", "CL_LANES_UNROLL2=4", "ABL_W4", "ABL_SV4", "ABL_W4 ABL_SV4", "CL_W_LDG", "CL_LL_PACK3=1",
     "CL_LL_THIRD", "CL_FOLD_NONE", "CL_NO_AROUT", "CL_NO_PF_B", "CL_C_TWICE", "CL_A_TWICE", "CL_ROLES_CARRIED=0",
     "CL_SV_PAIRS=1"]] + [
-    (d, r) for d in ["CL_WBUF2=0", "CL_WBUF2=1 CL_WBUF2_RPC=1"] for r in (1, 2)] + [(d, 8) for d in [
+    (d, r) for d in ["CL_WBUF2=0", "CL_WBUF2=1 CL_WBUF2_RPC=1", "CL_WBUF2=0 CL_WSPARE=0"] for r in (1, 2)] + [(d, 8) for d in [
     "CL_DOT_LANES=9", "CL_DOT_LANES=9 CL_DOT_TILE=0", "CL_LANES_UNROLL=2", "CL_WBUF2=0", "ABL_W4 ABL_SV4", "CL_W_LDG",
-    "CL_LL_PACK3=1", "CL_SV_PAIRS=9"]])
+    "CL_LL_PACK3=1", "CL_SV_PAIRS=9", "CL_WSPARE=8", "CL_WSPARE=8 CL_WSPARE_AT=1", "CL_WSPARE=8 CL_NO_FETCH"]] + [
+    (d, 4) for d in ["CL_WSPARE=0", "CL_WSPARE_AT=1", "CL_NO_FETCH", "CL_W_LDG"]])
 def test_every_tuning_and_timing_define_builds(defines, rpc, tmp_path, monkeypatch):
     """The defines tools/gpu_cluster.sh VARIANTS take: a tuning run on the GPU must not find a build error
     (the dot products' defines at eight rows too, where their loops differ)."""
@@ -287,28 +288,37 @@ def test_the_sync_bench_builds_on_the_cycle_source_with_the_hosts_layout(ranks, 
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, r
 
 
-@pytest.mark.parametrize("defines", ["", "CL_WBUF2=0", "CL_WBUF2=1 CL_WBUF2_RPC=4"])
-def test_every_build_fits_an_sms_shared_memory_with_one_or_two_weight_buffers(defines, monkeypatch, tmp_path):
+@pytest.mark.parametrize("defines", ["", "CL_WBUF2=0", "CL_WBUF2=1 CL_WBUF2_RPC=4", "CL_WSPARE=0", "CL_WBUF2=0 CL_WSPARE=0",
+                                     "CL_WSPARE=8"])
+def test_every_build_fits_an_sms_shared_memory_with_its_weight_slots(defines, monkeypatch, tmp_path):
     """Two steps' weights (CL_WBUF2, the default) double a block's largest piece of shared memory: the host gives a build
-    the second buffer only where its static shared memory leaves room (at most CL_WBUF2_RPC rows, 2), and every
-    build's static (ptxas) plus dynamic (dyn_smem_bytes, the launch's) shared memory must fit the 227 KiB a
-    block may hold on sm_90. CL_WBUF2_RPC=4 asks for a build that does not fit (by 384 bytes): found here."""
+    the second buffer only where its static shared memory leaves room (at most CL_WBUF2_RPC rows, 2), and the others
+    one step's boxes and, with at most CL_WSPARE rows (4), a spare one; every build's static (ptxas) plus dynamic (dyn_smem_bytes, the
+    launch's) shared memory must fit the 227 KiB a block may hold on sm_90. CL_WBUF2_RPC=4 asks for a build that does
+    not fit (by 384 bytes): found here."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
-    from decoder_shell.drivers.cuda.cluster_cycle import dyn_smem_bytes, weight_buffers
+    from decoder_shell.drivers.cuda.cluster_cycle import dyn_smem_bytes, weight_buffers, weight_slots
     from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, ptxas_report
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
     monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
     for rpc in RPC_BUILDS:
         two = "CL_WBUF2=0" not in defines and rpc <= (4 if "RPC=4" in defines else 2)
         assert weight_buffers(rpc) == (2 if two else 1)
-        weights = 24 * 16 * 64 * 4  # one step's [24][4Q][64] fp32
+        box = 192 * 64 * 4  # a box: 192 of a step's [24][4Q] rows x 64 lanes, fp32 (Q = 4: two boxes a step)
+        spare = 0 if "CL_WSPARE=0" in defines else 8 if "CL_WSPARE=8" in defines else 4  # its most rows
+        slots = 4 if two else 3 if rpc <= spare else 2
+        assert weight_slots(4, rpc) == slots
         partials = 2 * 16 * 4 * -(-(rpc if two else 8) * 25 // 4) * 4  # recv: its rows' 16-byte pieces, two steps
-        assert dyn_smem_bytes(4, rpc) == (2 if two else 1) * weights + partials
+        assert dyn_smem_bytes(4, rpc) == slots * box + partials
         src, entry = source(4, rpc)
         flags = (*EXACT_FLAGS, *(f"-D{d}" for d in defines.split()))  # (the compiler sees what the host reads)
         static = ptxas_report(src, "sm_90", flags, "cluster_cycle.cu")[entry]["smem"]
         fits = static + dyn_smem_bytes(4, rpc) <= 227 * 1024
         assert fits == (rpc != 4 or "RPC=4" not in defines), (rpc, static, dyn_smem_bytes(4, rpc))
+    for q in (1, 2):  # one box a step: the spare slot is a second buffer
+        two4 = "CL_WBUF2=0" not in defines and "RPC=4" in defines  # rpc 4 with two buffers: two slots as well
+        assert weight_slots(q, 4) == (2 if two4 or "CL_WSPARE=0" not in defines else 1)
+        assert weight_slots(q, 8) == (2 if "CL_WSPARE=8" in defines else 1)
 
 
 @settings(max_examples=50, deadline=None)

@@ -172,28 +172,37 @@ __device__ __forceinline__ u64 weight_policy() {
 template <int Q>
 __host__ __device__ constexpr int cl_box_rows() { return 96 * Q < 192 ? 96 * Q : 192; }
 
-// This block's weights of step s (rank r) into shared memory by the copy engine: the step's tensor map
-// views fn [nout][4Q*1024] as rows o*4Q+u of 1024 lanes, and each box is cl_box_rows rows of the block's 64
-// lanes, landing as wsm[o][u][64]; completion on the block's mbarrier. One thread issues the step's boxes
-// (per-lane bulk copies were issued one lane at a time through uniform registers, ~500 instructions a warp
-// a step on the critical path; per-thread loads of 96 KiB stalled it behind them); the box count by a
-// compile-time box (the host's box in a kernel argument cost an integer division and a rolled loop).
+// Boxes of one step's weights (24 outputs x 4Q rows): 2 at Q = 4, 1 at Q = 1 and 2.
 template <int Q>
-__device__ __forceinline__ void fetch_weights(const CArgs& p, int s, int nout, int r, int L0, float* wsm, u64* bar) {
+__host__ __device__ constexpr int cl_wboxes() { return (24 * HC * Q + cl_box_rows<Q>() - 1) / cl_box_rows<Q>(); }
+
+// This block's weights of step s (rank r), boxes [k0, k1) of the step's, into shared memory by the copy engine:
+// the step's tensor map views fn [nout][4Q*1024] as rows o*4Q+u of 1024 lanes, and each box is cl_box_rows rows
+// of the block's 64 lanes, landing as [o][u][64] in its slot of box slots `wsm` (slot `sl0 + k` modulo NSL,
+// cl_wslots; where a step's boxes are contiguous, sl0 + k); completion of those boxes' bytes on the mbarrier `bar` (armed with 0 bytes where the step has
+// none of them). One thread issues the boxes (per-lane bulk copies were issued one lane at a time through
+// uniform registers, ~500 instructions a warp a step on the critical path; per-thread loads of 96 KiB stalled
+// it behind them); the box count by a compile-time box (the host's box in a kernel argument cost an integer
+// division and a rolled loop).
+template <int Q, int NSL>
+__device__ __forceinline__ void fetch_weights(const CArgs& p, int s, int nout, int r, int L0, float* wsm, int sl0,
+                                              int k0, int k1, u64* bar) {
   constexpr int BOX = cl_box_rows<Q>();
   const unsigned char* tm = (const unsigned char*)(p.tmaps + ((size_t)s * p.ranks + r) * 16);
   const int rows = nout * HC * Q, boxes = (rows + BOX - 1) / BOX;
+  const int lo = k0 > 0 ? min(rows, k0 * BOX) : 0, hi = k1 < cl_wboxes<Q>() ? min(rows, k1 * BOX) : rows;
   // every warp's reads of wsm came first (without the fence, which the PTX memory model asks for here: no faster,
   // H200 TP4 M=1/2 0.472 / 0.522 ms against 0.462 / 0.525, fifteenth session)
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-  mbar_expect(bar, rows * CL_LANES * 4);
+  mbar_expect(bar, (hi - lo) * CL_LANES * 4);
   const u64 pol = weight_policy();
 #pragma unroll
-  for (int k = 0; k < (24 * HC * Q + BOX - 1) / BOX; k++)
-    if (k < boxes)
+  for (int k = 0; k < cl_wboxes<Q>(); k++)
+    if (k >= k0 && k < k1 && k < boxes)
       asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
                    " [%0], [%1, {%2, %3}], [%4], %5;"
-                   :: "r"(smem_addr(wsm + (size_t)k * BOX * CL_LANES)), "l"(tm), "r"(L0), "r"(k * BOX),
+                   :: "r"(smem_addr(wsm + (size_t)(NSL % cl_wboxes<Q>() ? (sl0 + k) % NSL : sl0 + k) * BOX * CL_LANES)),
+                      "l"(tm), "r"(L0), "r"(k * BOX),
                       "r"(smem_addr(bar)), "l"(pol) : "memory");
 }
 
@@ -822,6 +831,20 @@ __device__ __forceinline__ void dot_rows(const float* const (&wrow)[NCH], const 
   else dot_chains<Q, RPC, NCH, NS, F0, U, false>(wrow, sv, nrows, lane, sq, a0, a1);
 }
 
+// Where a step's weights are: output o's 4Q rows of the block's lanes at box0 + o 4Q WS, or (SPLIT: the step's two
+// boxes in slots apart, cl_wslots' spare slot) those of the second box's outputs (o >= per) at box1.
+template <bool SPLIT>
+struct WStep {
+  const float* box0;
+  const float* box1;
+  template <int Q, int WS>
+  __device__ __forceinline__ const float* of(int o) const {
+    constexpr int per = cl_box_rows<Q>() / (HC * Q);  // outputs a box
+    if constexpr (SPLIT) return o >= per ? box1 + (size_t)(o - per) * HC * Q * WS : box0 + (size_t)o * HC * Q * WS;
+    else return box0 + (size_t)o * HC * Q * WS;
+  }
+};
+
 // ---- the dot products by lane halves (dots_by_lanes: 16 warps, at least CL_DOT_LANES rows a cluster) ------------
 // The loops above have every warp cover the block's 64 lanes (two a thread, 8-byte loads): every warp reads every
 // row's stream values (16 times a step at 16 warps), and each (row, chain)'s 64-lane tree takes five shuffles a
@@ -920,8 +943,8 @@ __device__ __forceinline__ void dot_lanes_n(int ns, const float* const (&wrow)[N
     else dot_lanes_n<Q, RPC, NC, SQ, U, WS, NS - 1>(ns, wrow, svp, a);
   }
 }
-template <int Q, int RPC, int PS, int WS = CL_LANES>
-__device__ __forceinline__ void dots_by_lanes(const float* wsm, const float (*sv)[HC * Q][CL_LANES], int nrows, int nout, int w,
+template <int Q, int RPC, int PS, int WS = CL_LANES, bool SPLIT = false>
+__device__ __forceinline__ void dots_by_lanes(const WStep<SPLIT>& ws, const float (*sv)[HC * Q][CL_LANES], int nrows, int nout, int w,
                                               int lane, float (*half)[PS]) {
   constexpr int G = 8, NC = (CL_CHAINS + G - 1) / G;  // chain groups, chains of the largest
   constexpr int U = RPC <= 2 ? CL_LANES_UNROLL2 : CL_LANES_UNROLL;
@@ -931,7 +954,7 @@ __device__ __forceinline__ void dots_by_lanes(const float* wsm, const float (*sv
 #pragma unroll
   for (int i = 0; i < NC; i++) {
     const int c = cg + G * i;
-    wrow[i] = wsm + (size_t)(c >= 1 && c <= nout ? c - 1 : 0) * HC * Q * WS + l;
+    wrow[i] = ws.template of<Q, WS>(c >= 1 && c <= nout ? c - 1 : 0) + l;
   }
   float a[RPC][NC];
 #pragma unroll
@@ -1144,12 +1167,29 @@ __device__ __forceinline__ float mix_scale(float ss, float eps) { return recip_r
 // Weight buffers of a build: two (CL_WBUF2) or one.
 template <int RPC>
 __host__ __device__ constexpr int cl_wbufs() { return CL_WBUF2 && RPC <= CL_WBUF2_RPC ? 2 : 1; }
-// Bytes of dynamic shared memory the kernel addresses: wsm ([bufs][24][HC * Q][64] floats), then recv ([2][16][PS]).
+#ifndef CL_WSPARE
+#define CL_WSPARE 4  // builds of one weight buffer and at most N rows keep one box slot more (0: none)
+#endif
+#ifndef CL_WSPARE_AT
+#define CL_WSPARE_AT 0  // where a spare slot's box is requested: 0 at the step's start, 1 after the stream values
+#endif
+// Why a spare slot: with one buffer the next step's whole copy waits for the dot products and lands during B,
+// beside the fold's loads of the join words (the path to L2 they share). The weights are boxes (cl_wboxes, 2 at
+// Q = 4) in a ring of box slots, step s's box k in slot (s * boxes + k) % slots: with one slot more than a step's
+// boxes, the next step's first box has a free slot at the step's start (its last reader was the step before's
+// dot products) and only the rest waits for this step's; at Q = 1 and 2 (one box a step) that is two buffers.
+// At Q = 4 three slots of 48 KiB fit beside eight rows' static shared memory where two buffers (192 KiB) do not.
+template <int Q, int RPC>
+__host__ __device__ constexpr int cl_wslots() {
+  return cl_wbufs<RPC>() == 2 ? 2 * cl_wboxes<Q>() : cl_wboxes<Q>() + (RPC <= CL_WSPARE ? 1 : 0);
+}
+// Bytes of dynamic shared memory the kernel addresses: wsm (cl_wslots boxes of [cl_box_rows][64] floats), then
+// recv ([2][16][PS]).
 template <int Q, int RPC>
 __host__ __device__ constexpr int cl_partials_floats() { return (RPC * CL_CHAINS + 3) / 4 * 4; }
 template <int Q, int RPC>
 __host__ __device__ constexpr int cl_dyn_smem() {
-  return 4 * (cl_wbufs<RPC>() * 24 * HC * Q * CL_LANES + 2 * CL_SIZE * cl_partials_floats<Q, RPC>());
+  return 4 * (cl_wslots<Q, RPC>() * cl_box_rows<Q>() * CL_LANES + 2 * CL_SIZE * cl_partials_floats<Q, RPC>());
 }
 
 // The roles of B for a step with nrows rows and nsk Sinkhorn warps (two rows each): the other warps are helpers
@@ -1212,14 +1252,19 @@ __device__ void cluster_cycle(const CArgs& p) {
   __shared__ MhcArgs args_s[2];                 // step s's arguments for this rank at [s & 1]
   __shared__ int hdr_s[2][10];                  // step s's header (PStep's first ten ints) at [s & 1]
   __shared__ long long ordoff_s[2];             // where step s's first ranks start in the order table, at [s & 1]
-  __shared__ u64 wbar[2];                       // the block's weights of a step have landed (buffer k: wbar[k])
+  __shared__ u64 wbar[2][2];                    // step s's early / late boxes have landed: wbar[0 / 1][s & 1]
   __shared__ u64 arr_s[4];                      // traced launches: the last warp after C, after A, at the end; the first after C
   __shared__ unsigned char ord_s[RPC * Q * CL_LANES];  // first ranks of the next fold (load_order)
   extern __shared__ __align__(128) float wsm[];  // [24][HC * Q][64]: this block's weights of the step, then recv
   // every block's partials of step s at [s & 1][block][row * 25 + chain], pushed by each block into all 16
   // (st.async), complete on xbar[s & 1]
-  constexpr int NWB = cl_wbufs<RPC>(), WSZ = 24 * HC * Q * CL_LANES;  // weight buffers, floats of one
-  float (*const recv)[CL_SIZE][PS] = reinterpret_cast<float (*)[CL_SIZE][PS]>(wsm + NWB * WSZ);
+  // the weights' box slots (cl_wslots): step s's box k in slot (s * BPS + k) % NSL; the next step's first EARLY
+  // boxes are requested at the step's start, the rest after the dot products (two buffers: all early; one: none)
+  constexpr int BOX = cl_box_rows<Q>(), BPS = cl_wboxes<Q>(), NSL = cl_wslots<Q, RPC>(), EARLY = NSL - BPS < BPS ? NSL - BPS : BPS;
+  constexpr bool SPLIT = NSL % BPS != 0;  // a step's boxes may lie in slots apart
+  constexpr int EARLY_AT = cl_wbufs<RPC>() == 1 && EARLY > 0 ? CL_WSPARE_AT : 0;  // 1: after the stream values
+  static_assert(!SPLIT || BPS == 2, "WStep holds two boxes");
+  float (*const recv)[CL_SIZE][PS] = reinterpret_cast<float (*)[CL_SIZE][PS]>(wsm + NSL * BOX * CL_LANES);
   const int t = threadIdx.x, w = t >> 5, lane = t & 31;
   const int b = (int)cluster_ctarank(), cid = blockIdx.x / CL_SIZE;
   const int r = p.rank0 + cid / p.groups, g = cid % p.groups;
@@ -1230,12 +1275,12 @@ __device__ void cluster_cycle(const CArgs& p) {
                                 // kernel differently with `t == 0` written out, and this schedule is the measured one)
   const bool skipper = cid == (int)gridDim.x / CL_SIZE - 1;
   const u64 target = p.tag * (u64)gridDim.x;
-  unsigned wphase = 0;  // bit k: the parity of buffer k's next wait
+  unsigned wphase = 0;  // bit 2g + k: the parity of wbar[g][k]'s next wait
   bool wpending = false;
-  int nout_next = 0;    // (NWB 2, thread 0) outputs of the step whose weights the next step's start requests
+  int nout_next = 0;    // (EARLY, thread 0) outputs of the step whose weights the next step's start requests
   {
-    u64* const bars[4] = {&wbar[0], &wbar[1], &xbar[0], &xbar[1]};
-    init_cluster_mbarriers(bars, 4);
+    u64* const bars[6] = {&wbar[0][0], &wbar[0][1], &wbar[1][0], &wbar[1][1], &xbar[0], &xbar[1]};
+    init_cluster_mbarriers(bars, 6);
     if (CL_WARP_STAMPS && t < 4) arr_s[t] = t == 3 ? ~0ull : 0ull;
   }
 
@@ -1252,8 +1297,9 @@ __device__ void cluster_cycle(const CArgs& p) {
     rows_of(st.rows, p.groups, g, row0, nrows);
     if (work) {
 #ifndef CL_W_LDG
-      if (fetcher) fetch_weights<Q>(p, 0, st.nout, r, L0, wsm, &wbar[0]);
-      if (NWB == 2 && fetcher && p.nsteps > 1) nout_next = p.steps[1].nout;
+      if (fetcher && EARLY > 0) fetch_weights<Q, NSL>(p, 0, st.nout, r, L0, wsm, 0, 0, EARLY, &wbar[0][0]);
+      if (fetcher && EARLY < BPS) fetch_weights<Q, NSL>(p, 0, st.nout, r, L0, wsm, 0, EARLY, BPS, &wbar[1][0]);
+      if (EARLY > 0 && fetcher && p.nsteps > 1) nout_next = p.steps[1].nout;
       wpending = true;
 #endif
       if (t == 0)
@@ -1279,7 +1325,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     u64* dh = p.detail ? p.detail + ((size_t)s * gridDim.x + blockIdx.x) * CL_DETAIL : nullptr;  // (helper thread 0)
     u64* ds = t == 0 ? dh : nullptr;
     dstamp(ds, 0);
-    // two weight buffers: the next step's weights requested now into the other one (its last reader, the dot
+    // the next step's early boxes (all of them with two buffers) requested now into their free slots (their last reader, the dot
     // products of step s - 1, finished before that step's block barrier after A); nout_next came from the step
     // table a step ago, and the one after it is loaded now. First thing in the step, ahead of the step's global
     // loads (the copy's proxy fence is a MEMBAR.ALL.CTA in SASS, which might wait for loads in flight; measured
@@ -1288,8 +1334,8 @@ __device__ void cluster_cycle(const CArgs& p) {
     // by a helper beside B's prefetches 0.532 / 0.616 (the copy slowed the fold, 1.6 -> 2.7 us), against 0.462 /
     // 0.525 here (fifteenth session): both removed. After thread 0's stream values, C took 0.93 against 0.83 us and
     // TP4 M=2 0.518 against 0.494 ms (nineteenth session; with no copy at all C is 0.77): removed
-    if (NWB == 2 && CL_FETCHES && work && fetcher && s + 1 < p.nsteps) {
-      fetch_weights<Q>(p, s + 1, nout_next, r, L0, wsm + ((s + 1) & 1) * WSZ, &wbar[(s + 1) & 1]);
+    if (EARLY > 0 && EARLY_AT == 0 && CL_FETCHES && work && fetcher && s + 1 < p.nsteps) {
+      fetch_weights<Q, NSL>(p, s + 1, nout_next, r, L0, wsm, (int)((unsigned)(s + 1) * BPS % NSL), 0, EARLY, &wbar[0][(s + 1) & 1]);
       nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;
       dstamp(ds, 15);
     }
@@ -1347,6 +1393,10 @@ __device__ void cluster_cycle(const CArgs& p) {
     arrival(&arr_s[3], dh, false, w);
     __syncthreads();
     dstamp_after(ds, 1, &sv[0][0][CL_LANES - 1]);
+    if (EARLY_AT == 1 && CL_FETCHES && work && fetcher && s + 1 < p.nsteps) {  // (CL_WSPARE_AT: the spare box after C)
+      fetch_weights<Q, NSL>(p, s + 1, nout_next, r, L0, wsm, (int)((unsigned)(s + 1) * BPS % NSL), 0, EARLY, &wbar[0][(s + 1) & 1]);
+      nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;
+    }
     if (s > 0) arrival_take(ds ? ds - (size_t)gridDim.x * CL_DETAIL : nullptr, 13, &arr_s[2], 0ull);  // (step s - 1's end)
     // A: dot products of the block's 64 lanes. BY_LANES: by lane halves (dots_by_lanes: each warp one lane half and
     // a chain group, the partials of each half into halves[0] / [1]); else each warp over the 64 lanes (two a
@@ -1358,16 +1408,18 @@ __device__ void cluster_cycle(const CArgs& p) {
       if (pf.fn) prefetch_fn<Q>(pf.fn, pf.nout, b);
 #endif
       if (wpending) {
-        const int k = NWB == 2 ? s & 1 : 0;
-        mbar_wait(&wbar[k], (wphase >> k) & 1);
-        wphase ^= 1u << k;
+        const int k = s & 1;
+        if (EARLY > 0) mbar_wait(&wbar[0][k], (wphase >> k) & 1);
+        if (EARLY < BPS) mbar_wait(&wbar[1][k], (wphase >> (2 + k)) & 1);
+        wphase ^= (EARLY > 0 ? 1u << k : 0u) | (EARLY < BPS ? 4u << k : 0u);
       }
     }
-    const float* const wcur = wsm + (NWB == 2 && CL_FETCHES ? (s & 1) * WSZ : 0);  // this step's weights
+    const int sl0 = CL_FETCHES ? (int)((unsigned)s * BPS % NSL) : 0;  // this step's weights: box k in slot (sl0 + k) % NSL
+    const WStep<SPLIT> wcur{wsm + (size_t)sl0 * BOX * CL_LANES, wsm + (size_t)((sl0 + 1) % NSL) * BOX * CL_LANES};
     if constexpr (BY_LANES) {
 #ifdef CL_W_LDG  // tuning (exact): the weights read from global memory (L2, prefetched CL_LOOKAHEAD steps ahead)
                  // into registers, no copy through shared memory: A 1.25 -> 2.88 us at TP4 M=2 (H200)
-      if (work) dots_by_lanes<Q, RPC, PS, LANES>(A.fn + L0, sv, nrows, nout, w, lane, halves);
+      if (work) dots_by_lanes<Q, RPC, PS, LANES>(WStep<false>{A.fn + L0, nullptr}, sv, nrows, nout, w, lane, halves);
 #else
 #ifdef CL_A_TWICE  // timing ablation: the dot products made twice by the same code (the second pass with its
                    // instructions cached)
@@ -1390,7 +1442,7 @@ __device__ void cluster_cycle(const CArgs& p) {
 #pragma unroll
         for (int i = 0; i < NC; i++) {
           const int c = wc + CW * i;
-          wrow[i] = &wcur[(size_t)(c >= 1 && c <= nout ? c - 1 : 0) * HC * Q * CL_LANES + 2 * lane];
+          wrow[i] = wcur.template of<Q, CL_LANES>(c >= 1 && c <= nout ? c - 1 : 0) + 2 * lane;
         }
         const float (*svw)[HC * Q][CL_LANES] = sv + mrow0;
         constexpr int U = CL_DOT_UNROLL;
@@ -1515,8 +1567,9 @@ __device__ void cluster_cycle(const CArgs& p) {
     // every warp of this block is past its dot products: the next step's weights may land in wsm (the copy
     // issued by thread 0, which waits for no gpu-scope fence before it lands: a helper's rank barrier
     // would wait for the whole copy)
-    wpending = CL_FETCHES && work && s + 1 < p.nsteps;  // (two buffers: the copy was requested before this point)
-    if (NWB == 1 && wpending && fetcher) fetch_weights<Q>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, &wbar[0]);
+    wpending = CL_FETCHES && work && s + 1 < p.nsteps;  // (its first EARLY boxes were requested at the step's start)
+    if (EARLY < BPS && wpending && fetcher)
+      fetch_weights<Q, NSL>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, (int)((unsigned)(s + 1) * BPS % NSL), EARLY, BPS, &wbar[1][(s + 1) & 1]);
     // B: Sinkhorn warps (two rows each) and helper warps (y, join, the next all-reduce); each thread that
     // splits a mix first waits until every block's partials are in (its own test of the block's mbarrier:
     // no cluster barrier, whose release was a gpu-scope fence behind every store of C, and no block

@@ -60,15 +60,25 @@ def weight_buffers(rpc: int) -> int:
     return 2 if int(tuning_define("CL_WBUF2", "1") or 0) and rpc <= int(tuning_define("CL_WBUF2_RPC", "2")) else 1
 
 
+def weight_slots(q: int, rpc: int) -> int:
+    """Box slots (box_rows(q) rows x 64 lanes of fp32 each) a block keeps a step's weights in: cluster_cycle.cu's
+    cl_wslots. A step's weights are 24 x 4q rows, i.e. `boxes` boxes (2 at q = 4); two buffers hold twice that,
+    one buffer that plus a spare slot where the build has at most CL_WSPARE rows (4), so that the next step's first box is copied while
+    this step's dot products still read its boxes. The tuning defines are read as the compiler reads them."""
+    boxes = -(-24 * 4 * q // box_rows(q))
+    if weight_buffers(rpc) == 2:
+        return 2 * boxes
+    return boxes + (1 if rpc <= int(tuning_define("CL_WSPARE", "4") or 0) else 0)
+
+
 def dyn_smem_bytes(q: int, rpc: int = max(RPC_BUILDS)) -> int:
-    """The launch's dynamic shared memory a block: its weights of one step (wsm: 24 outputs x 4q rows x 64
-    lanes), then every block's partials of two steps (recv: 2 x 16 blocks x rows x 25 chains, padded to
-    16-byte pieces) sized for the largest build; where weight_buffers says two, two steps' weights and recv
-    sized for the build's own rows (every byte is needed: 227 KiB a block in all). The kernel asserts at build
-    time that this holds what it addresses."""
-    wb = weight_buffers(rpc)
-    rows = rpc if wb == 2 else max(RPC_BUILDS)
-    return 4 * (wb * 24 * 4 * q * (1024 // CL_SIZE) + 2 * CL_SIZE * (-(-rows * 25 // 4) * 4))
+    """The launch's dynamic shared memory a block: its weights' box slots (weight_slots: a step's 24 outputs x 4q
+    rows x 64 lanes, twice where weight_buffers says two, else with a spare box), then every block's partials of
+    two steps (recv: 2 x 16 blocks x rows x 25 chains, padded to 16-byte pieces), sized for the build's own rows
+    where it keeps two buffers and for the largest build otherwise (every byte is needed: 227 KiB a block in all).
+    The kernel asserts at build time that this holds what it addresses."""
+    rows = rpc if weight_buffers(rpc) == 2 else max(RPC_BUILDS)
+    return 4 * (weight_slots(q, rpc) * box_rows(q) * (1024 // CL_SIZE) + 2 * CL_SIZE * (-(-rows * 25 // 4) * 4))
 
 
 def box_rows(q: int) -> int:
