@@ -1169,6 +1169,8 @@ template <int RPC>
 __host__ __device__ constexpr int cl_wbufs() { return CL_WBUF2 && RPC <= CL_WBUF2_RPC ? 2 : 1; }
 #ifndef CL_WSPARE
 #define CL_WSPARE 4  // builds of one weight buffer and at most N rows keep one box slot more (0: none)
+// (H100, twenty-third session: TP4 M=4 0.667-0.670 -> 0.629-0.632 ms, TP2 M=8 0.690-0.706 -> 0.640-0.654; at TP4
+// M=8, CL_WSPARE=8, 0.919-0.938 against 0.913-0.926: there the dot products are long enough to hide the copy)
 #endif
 #ifndef CL_WSPARE_AT
 #define CL_WSPARE_AT 0  // where a spare slot's box is requested: 0 at the step's start, 1 after the stream values
