@@ -1185,6 +1185,11 @@ template <int Q, int RPC>
 __host__ __device__ constexpr int cl_wslots() {
   return cl_wbufs<RPC>() == 2 ? 2 * cl_wboxes<Q>() : cl_wboxes<Q>() + (RPC <= CL_WSPARE ? 1 : 0);
 }
+// Step s's first box slot in cluster_cycle (BPS boxes a step, NSL slots): (s * BPS) % NSL, written (s & 1) * BPS for two
+// buffers: the same value, and the code of the buffers before the slots (written generally, the one- and two-row builds
+// were another schedule, 0.4-0.9% slower on an H100). A macro: as a function or a lambda, ptxas scheduled the four-row
+// build differently (424 SASS lines), and that build's schedule is the measured one.
+#define CL_FIRST_SLOT(s) (NSL == 2 * BPS ? ((s) & 1) * BPS : (int)((unsigned)(s) * BPS % NSL))
 // Bytes of dynamic shared memory the kernel addresses: wsm (cl_wslots boxes of [cl_box_rows][64] floats), then
 // recv ([2][16][PS]).
 template <int Q, int RPC>
@@ -1258,7 +1263,8 @@ __device__ void cluster_cycle(const CArgs& p) {
   // declare no late ones, so their shared memory lies as before the slots (with four barriers ord_s lay 16 bytes
   // further, and with the slot arithmetic below written generally the one- and two-row builds were another schedule,
   // measured 0.4-0.9% slower at M=1/2 on an H100; as written they are the buffers' SASS again)
-  __shared__ u64 wbar[cl_wslots<Q, RPC>() < 2 * cl_wboxes<Q>() ? 2 : 1][2];
+  constexpr int BOX = cl_box_rows<Q>(), BPS = cl_wboxes<Q>(), NSL = cl_wslots<Q, RPC>(), EARLY = NSL - BPS < BPS ? NSL - BPS : BPS;
+  __shared__ u64 wbar[EARLY < BPS ? 2 : 1][2];
   __shared__ u64 arr_s[4];                      // traced launches: the last warp after C, after A, at the end; the first after C
   __shared__ unsigned char ord_s[RPC * Q * CL_LANES];  // first ranks of the next fold (load_order)
   extern __shared__ __align__(128) float wsm[];  // [24][HC * Q][64]: this block's weights of the step, then recv
@@ -1266,13 +1272,9 @@ __device__ void cluster_cycle(const CArgs& p) {
   // (st.async), complete on xbar[s & 1]
   // the weights' box slots (cl_wslots): step s's box k in slot (s * BPS + k) % NSL; the next step's first EARLY
   // boxes are requested at the step's start, the rest after the dot products (two buffers: all early; one: none)
-  constexpr int BOX = cl_box_rows<Q>(), BPS = cl_wboxes<Q>(), NSL = cl_wslots<Q, RPC>(), EARLY = NSL - BPS < BPS ? NSL - BPS : BPS;
   constexpr bool SPLIT = NSL % BPS != 0;  // a step's boxes may lie in slots apart
   constexpr int EARLY_AT = cl_wbufs<RPC>() == 1 && EARLY > 0 ? CL_WSPARE_AT : 0;  // 1: after the stream values
   static_assert(!SPLIT || BPS == 2, "WStep holds two boxes");
-  static_assert((EARLY < BPS) == (NSL < 2 * BPS), "wbar declares late barriers exactly where a step has late boxes");
-  // step s's first box slot is (s * BPS) % NSL, written (s & 1) * BPS for two buffers below (the same value; the
-  // buffers' code before the slots, instruction for instruction)
   float (*const recv)[CL_SIZE][PS] = reinterpret_cast<float (*)[CL_SIZE][PS]>(wsm + NSL * BOX * CL_LANES);
   const int t = threadIdx.x, w = t >> 5, lane = t & 31;
   const int b = (int)cluster_ctarank(), cid = blockIdx.x / CL_SIZE;
@@ -1349,7 +1351,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     // 0.525 here (fifteenth session): both removed. After thread 0's stream values, C took 0.93 against 0.83 us and
     // TP4 M=2 0.518 against 0.494 ms (nineteenth session; with no copy at all C is 0.77): removed
     if (EARLY > 0 && EARLY_AT == 0 && CL_FETCHES && work && fetcher && s + 1 < p.nsteps) {
-      fetch_weights<Q, NSL>(p, s + 1, nout_next, r, L0, wsm, (NSL == 2 * BPS ? ((s + 1) & 1) * BPS : (int)((unsigned)(s + 1) * BPS % NSL)), 0, EARLY, &wbar[0][(s + 1) & 1]);
+      fetch_weights<Q, NSL>(p, s + 1, nout_next, r, L0, wsm, CL_FIRST_SLOT(s + 1), 0, EARLY, &wbar[0][(s + 1) & 1]);
       nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;
       dstamp(ds, 15);
     }
@@ -1408,7 +1410,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     __syncthreads();
     dstamp_after(ds, 1, &sv[0][0][CL_LANES - 1]);
     if (EARLY_AT == 1 && CL_FETCHES && work && fetcher && s + 1 < p.nsteps) {  // (CL_WSPARE_AT: the spare box after C)
-      fetch_weights<Q, NSL>(p, s + 1, nout_next, r, L0, wsm, (NSL == 2 * BPS ? ((s + 1) & 1) * BPS : (int)((unsigned)(s + 1) * BPS % NSL)), 0, EARLY, &wbar[0][(s + 1) & 1]);
+      fetch_weights<Q, NSL>(p, s + 1, nout_next, r, L0, wsm, CL_FIRST_SLOT(s + 1), 0, EARLY, &wbar[0][(s + 1) & 1]);
       nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;
     }
     if (s > 0) arrival_take(ds ? ds - (size_t)gridDim.x * CL_DETAIL : nullptr, 13, &arr_s[2], 0ull);  // (step s - 1's end)
@@ -1428,7 +1430,7 @@ __device__ void cluster_cycle(const CArgs& p) {
         wphase ^= (EARLY > 0 ? 1u << k : 0u) | (EARLY < BPS ? 4u << k : 0u);
       }
     }
-    const int sl0 = CL_FETCHES ? (NSL == 2 * BPS ? (s & 1) * BPS : (int)((unsigned)s * BPS % NSL)) : 0;  // this step's weights: box k in slot (sl0 + k) % NSL
+    const int sl0 = CL_FETCHES ? CL_FIRST_SLOT(s) : 0;  // this step's weights: box k in slot (sl0 + k) % NSL
     const WStep<SPLIT> wcur{wsm + (size_t)sl0 * BOX * CL_LANES, wsm + (size_t)((sl0 + 1) % NSL) * BOX * CL_LANES};
     if constexpr (BY_LANES) {
 #ifdef CL_W_LDG  // tuning (exact): the weights read from global memory (L2, prefetched CL_LOOKAHEAD steps ahead)
@@ -1583,7 +1585,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     // would wait for the whole copy)
     wpending = CL_FETCHES && work && s + 1 < p.nsteps;  // (its first EARLY boxes were requested at the step's start)
     if (EARLY < BPS && wpending && fetcher)
-      fetch_weights<Q, NSL>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, (NSL == 2 * BPS ? ((s + 1) & 1) * BPS : (int)((unsigned)(s + 1) * BPS % NSL)), EARLY, BPS, &wbar[EARLY < BPS][(s + 1) & 1]);
+      fetch_weights<Q, NSL>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, CL_FIRST_SLOT(s + 1), EARLY, BPS, &wbar[EARLY < BPS][(s + 1) & 1]);
     // B: Sinkhorn warps (two rows each) and helper warps (y, join, the next all-reduce); each thread that
     // splits a mix first waits until every block's partials are in (its own test of the block's mbarrier:
     // no cluster barrier, whose release was a gpu-scope fence behind every store of C, and no block
