@@ -497,7 +497,7 @@ __device__ __forceinline__ void sinkhorn_regs(float (&c)[HC * HC], float eps, in
 }
 
 #ifndef SINKHORN_FORM
-#define SINKHORN_FORM 3  // 0: one entry per lane, sums by shuffles; 1, 2: the comb in registers (above); 3: 0 without the division's branch (below); 4: 3 with the sums' values through shared memory
+#define SINKHORN_FORM 3  // 0: one entry per lane, sums by shuffles; 1, 2: the comb in registers (above); 3: 0 without the division's branch (below)
 #endif
 
 // Softmax over k, + eps, then the Sinkhorn normalizations (col, then (row, col) x (iters - 1)), for
@@ -556,7 +556,9 @@ __device__ __forceinline__ float sinkhorn_shuffled(float c, int j, int k, unsign
 // 4,952 (tools/sinkhorn_bench.py); 3,905 with div_short (below) as each half's quotient. A comb row a
 // lane (4 adds in registers for a row, the whole comb gathered by 16 shuffles for a column: one shuffle
 // round a pair of halves) was tried: exact, and 6,198 cycles, the 16 shuffles and 4 reciprocals a
-// column half bound by their issue.
+// column half bound by their issue. So was each half's row or column read from shared memory as one 16-byte load
+// (every lane storing its quotient where the next half reads it, __syncwarp between): exact, and 4,360 cycles
+// against 3,906 on the H100, the store-to-load round trip longer than the shuffles (e556acf, docs/CUDA.md).
 __device__ __forceinline__ unsigned div_range(float v) { return __float_as_uint(v) - 0x21800000u; }  // < 0x3c000000u: in range
 __device__ __forceinline__ float rcp_approx(float b) {
   float y0;
@@ -636,64 +638,8 @@ __device__ __forceinline__ float sinkhorn_fast(float c, int j, int k, unsigned r
   return c;
 }
 
-// ---- the lanes-fast form with the halves' sums read from shared memory (SINKHORN_FORM 4) -------------
-// A half-iteration's four shuffles wait on the shuffle unit one after another (4 shuffles + 4 adds: 58
-// cycles on the H200, against 16 for the adds). Here each lane stores its quotient where the next half
-// reads it, the comb entry (j, k) at 4k + j of a column-major copy for a column half and at 4j + k of a
-// row-major copy for a row half, and after __syncwarp (which orders the warp's shared-memory accesses)
-// reads its column or row as one 16-byte load: the same four values in the same order, so the same sums
-// and quotients as form 3, bit for bit. Each half reads one copy and writes the other (the write into a
-// copy follows the warp's reads of it by one __syncwarp). Warps past SK_SMEM_WARPS (the static copies'
-// count, 64 floats a warp) take form 3.
-#ifndef SK_SMEM_WARPS
-#define SK_SMEM_WARPS 4
-#endif
-__device__ __forceinline__ float sinkhorn_smem(float c, int j, int k, unsigned rowbase, float eps, int iters) {
-  __shared__ __align__(16) float sk_copy[SK_SMEM_WARPS][2][32];
-  const unsigned w = threadIdx.x >> 5;
-  if (w >= SK_SMEM_WARPS) return sinkhorn_fast(c, j, k, rowbase, eps, iters);
-  const float logit = c;
-  float c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0), c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
-  float c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2), c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
-  const float mx = fmaxf(fmaxf(c0, c1), fmaxf(c2, c3));
-  c = pexp(SUB(c, mx));
-  c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0); c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
-  c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2); c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
-  float s = ADD(ADD(ADD(c0, c1), c2), c3);
-  unsigned worst = max(div_range(s), div_range(c));
-  c = ADD(div_lane(c, s), eps);
-#ifdef ABL_NO_SINKHORN
-  iters = 0;
-#endif
-  // the half's copy to read (its own line: 4 entries) and the next half's place for this lane's quotient
-  float* colm = &sk_copy[w][0][rowbase];
-  float* rowm = &sk_copy[w][1][rowbase];
-  const float4* rd0 = reinterpret_cast<const float4*>(colm + 4 * k);
-  const float4* rd1 = reinterpret_cast<const float4*>(rowm + 4 * j);
-  float *wr0 = rowm + 4 * j + k, *wr1 = colm + 4 * k + j;
-  colm[4 * k + j] = c;
-  __syncwarp();
-  SK_UNROLL(SINKHORN_UNROLL)
-  for (int it = 0; it < 2 * iters - 1; it++) {
-    const float4 v = *rd0;
-    const float sh = ADD(ADD(ADD(ADD(v.x, v.y), v.z), v.w), eps);
-    worst = max(worst, max(div_range(sh), div_range(c)));
-    c = div_lane(c, sh);
-    *wr0 = c;
-    __syncwarp();
-    const float4* tr = rd0;
-    rd0 = rd1, rd1 = tr;
-    float* tw = wr0;
-    wr0 = wr1, wr1 = tw;
-  }
-  if (__any_sync(0xffffffffu, worst >= 0x3c000000u)) c = sinkhorn_shuffled(logit, j, k, rowbase, eps, iters);
-  return c;
-}
-
 __device__ __forceinline__ float sinkhorn_lane(float c, int j, int k, unsigned rowbase, float eps, int iters) {
-#if SINKHORN_FORM == 4
-  return sinkhorn_smem(c, j, k, rowbase, eps, iters);
-#elif SINKHORN_FORM == 3
+#if SINKHORN_FORM == 3
   return sinkhorn_fast(c, j, k, rowbase, eps, iters);
 #else
   return sinkhorn_shuffled(c, j, k, rowbase, eps, iters);

@@ -35,7 +35,7 @@ OPNAME = {"mhc_pre": "OP_PRE", "mhc_post_pre": "OP_POST_PRE", "mhc_post_head": "
 #: comb in each lane's registers, `regs-shared` the same with each sum's reciprocal shared by its
 #: quotients. DECODER_SHELL_CUDA_SINKHORN picks one for both the graph kernels and the persistent
 #: cycles, so one run can time them side by side.
-SINKHORN_FORMS = {"lanes": 0, "regs": 1, "regs-shared": 2, "lanes-fast": 3, "lanes-smem": 4}
+SINKHORN_FORMS = {"lanes": 0, "regs": 1, "regs-shared": 2, "lanes-fast": 3}
 DEFAULT_SINKHORN = "lanes-fast"  # kernels.cu's SINKHORN_FORM without a flag
 
 
