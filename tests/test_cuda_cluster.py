@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ctypes as C
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -122,6 +124,24 @@ def test_every_tuning_and_timing_define_builds(defines, rpc, tmp_path, monkeypat
     monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
     src, entry = source(4, rpc)
     assert entry.encode() in compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
+
+
+@pytest.mark.parametrize("ranks,rpc,differs", [(1, 2, True), (2, 1, True), (1, 4, False), (2, 8, False), (4, 2, False)])
+def test_a_lone_sinkhorn_warp_keeps_its_scheduler_where_measured_faster(ranks, rpc, differs, tmp_path, monkeypatch):
+    """CL_ISOLATE_SK=2 (the default) leaves a lone Sinkhorn warp's scheduler to it (roles_of: fewer helpers, NH_MIN)
+    in the one- and two-row builds of one or two ranks, and nowhere else: those builds' code is not rule 0's, the
+    others' (four-row and eight-row builds, whose helpers' registers are sized by the fewest helpers, and four ranks)
+    is rule 0's byte for byte."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    cubins = []
+    for defines in ("", "CL_ISOLATE_SK=0"):
+        monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
+        src, entry = source(4, rpc, ranks=ranks)
+        cubins.append(compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu"))
+        assert entry.encode() in cubins[-1]
+    assert (cubins[0] != cubins[1]) == differs
 
 
 def _elem_of(i: np.ndarray, block: int, q: int) -> np.ndarray:

@@ -80,8 +80,17 @@ template <int NW>
 __device__ __forceinline__ int chain_of(int w, int i) { return w + NW * i; }
 
 #ifndef CL_ISOLATE_SK
-#define CL_ISOLATE_SK 0  // tuning; 1 was no faster at M=2 and slower at M=4 (H200, BENCHMARKS sixth session)
+#define CL_ISOLATE_SK 2  // the Sinkhorn warps' schedulers left to them (roles_of): 0 never; 1 at one or two Sinkhorn
+                         // warps in every build (tuning); 2 at one Sinkhorn warp in the one- and two-row builds of one
+                         // or two ranks (H100, twenty-fifth session: TP1 M=2 0.466 -> 0.454 ms, TP2 M=2 0.481 -> 0.470;
+                         // slower at TP4 M=2 (0.487 -> 0.491), where the helpers' fold is the other chain as long, and
+                         // with two Sinkhorn warps, M=4: TP1 +1%, TP2 +2%, TP4 +8%)
 #endif
+// The most Sinkhorn warps at which a build of R ranks and RPC rows keeps their schedulers for them (CL_ISOLATE_SK).
+template <int R, int RPC>
+__host__ __device__ constexpr int cl_isolate_max() {
+  return CL_ISOLATE_SK == 1 ? 2 : CL_ISOLATE_SK == 2 && R <= 2 && RPC <= 2 ? 1 : 0;
+}
 #ifndef CL_LOOKAHEAD
 #define CL_LOOKAHEAD 3  // steps ahead whose weights the copy engine prefetches into L2 (0: none)
 #endif
@@ -1200,10 +1209,12 @@ __host__ __device__ constexpr int cl_dyn_smem() {
 }
 
 // The roles of B for a step with nrows rows and nsk Sinkhorn warps (two rows each): the other warps are helpers
-// (y, the join, the next all-reduce), except (CL_ISOLATE_SK, one or two Sinkhorn warps) those that share a Sinkhorn
-// warp's scheduler (warp w issues on sub-partition w % 4): the Sinkhorn is the step's serial chain, and helpers
-// beside it slowed it from 2.5 to 4 us. Helper threads [0, nrows*HC) make pre; where a Sinkhorn runs, the last helper
-// warp's first nrows*HC threads make post (off the Sinkhorn warp's chain, and off the pre warp's).
+// (y, the join, the next all-reduce), except (at most ISO Sinkhorn warps, CL_ISOLATE_SK) those that share a Sinkhorn
+// warp's scheduler (warp w issues on sub-partition w % 4): where the Sinkhorn is the step's serial chain (one or two
+// ranks: the fold waits for few or no other rank's words) helpers beside it lengthen it (TP4 M=2: 2.24 against 2.02
+// us, H100); where the helpers' fold is as long (four ranks), fewer helpers lengthen that instead. Helper threads
+// [0, nrows*HC) make pre; where a Sinkhorn runs, the last helper warp's first nrows*HC threads make post (off the
+// Sinkhorn warp's chain, and off the pre warp's).
 struct Roles {
   bool helper, po, mixer;  // a helper warp's thread; one that makes post; one that makes pre or post
   int hw, nh, ht, mv;      // rank among helper warps; helper threads; rank among them; (mixers) row * HC + stream
@@ -1211,10 +1222,10 @@ struct Roles {
 #ifndef CL_ROLES_CARRIED
 #define CL_ROLES_CARRIED 1  // the roles kept in registers from step to step, made again where nsk or nrows change
 #endif                      // (0: made at every step's start, ~20 instructions a warp on the way to the stream values)
-template <int NW>
+template <int NW, int ISO>
 __device__ __forceinline__ Roles roles_of(int nsk, int nrows, int w, int lane) {
   Roles o;
-  const bool iso = CL_ISOLATE_SK && nsk >= 1 && nsk <= 2;
+  const bool iso = nsk >= 1 && nsk <= ISO;
   o.helper = w >= nsk && (!iso || w % 4 >= nsk);
   o.hw = iso ? (w / 4) * (4 - nsk) + max(0, w % 4 - nsk) : w - nsk;
   o.nh = (iso ? (NW / 4) * (4 - nsk) : NW - nsk) * 32;
@@ -1240,8 +1251,9 @@ __device__ void cluster_cycle(const CArgs& p) {
   constexpr int AW = sizeof(MhcArgs) / 8;                        // 8-byte words of one step's arguments
   static_assert(AW + 11 <= NT, "a thread per word of the next step's arguments, header and order offset");
   // elements a helper thread publishes at the flag-and-data join, for the fewest helpers a step leaves
-  constexpr int NH_MIN = 32 * (CL_ISOLATE_SK ? ((NW / 4) * 2 < NW - (RPC + 1) / 2 ? (NW / 4) * 2 : NW - (RPC + 1) / 2)
-                                             : NW - (RPC + 1) / 2);
+  // (NW - nsk, or (NW / 4) * (4 - nsk) where the Sinkhorn warps' schedulers are left to them, over nsk <= NSK)
+  constexpr int NSK = (RPC + 1) / 2, ISN = cl_isolate_max<R, RPC>() < NSK ? cl_isolate_max<R, RPC>() : NSK;
+  constexpr int NH_MIN = 32 * (ISN > 0 && (NW / 4) * (4 - ISN) < NW - NSK ? (NW / 4) * (4 - ISN) : NW - NSK);
   constexpr int NE = (RPC * Q * CL_LANES + NH_MIN - 1) / NH_MIN;
   // packed words (three bf16 values each) a helper thread publishes and folds; registers of its own values and
   // first ranks: NE (one a value), or three a packed word
@@ -1362,11 +1374,11 @@ __device__ void cluster_cycle(const CArgs& p) {
     const int nsk = work && op != OP_POST_HEAD ? (nrows + 1) / 2 : 0;
 #if CL_ROLES_CARRIED
     if (((nsk << 8) | nrows) != role_key) {
-      ro = roles_of<NW>(nsk, nrows, w, lane);
+      ro = roles_of<NW, cl_isolate_max<R, RPC>()>(nsk, nrows, w, lane);
       role_key = (nsk << 8) | nrows;
     }
 #else
-    const Roles ro = roles_of<NW>(nsk, nrows, w, lane);
+    const Roles ro = roles_of<NW, cl_isolate_max<R, RPC>()>(nsk, nrows, w, lane);
 #endif
     const bool helper = ro.helper, po = ro.po, mixer = ro.mixer;
     const int hw = ro.hw, nh = ro.nh, ht = ro.ht, mv = ro.mv;
