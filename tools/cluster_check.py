@@ -159,7 +159,14 @@ def profile(drv, rows: int, tp: int, reps: int = 30) -> dict:
         # the block whose fold ends a step last: its index in its cluster and its cluster (a straggler of one layout or
         # one cluster shows as a peak; a cluster is a rank where the rank has one row group)
         late = e[:, :, 9].astype(np.int64).argmax(1)
-        skew = {"spread_us": spread, "last_publisher_counts": last.tolist(),
+        # each cluster's way through a step: at each stamp, the cluster's latest block after the step's earliest start
+        # (median over steps): where a cluster that is late falls behind, or whether it starts behind
+        t0 = e[:, :, 0].min(1)[:, None]
+        by_cluster = {name: [float(v) / 1e3 for v in np.median((e[:, :, k] - t0).reshape(len(e), nb // 16, 16).max(2), 0)]
+                      for name, k in (("start", 0), ("stream values", 1), ("dots done", 2), ("partials in", 3),
+                                      ("Sinkhorn done", 5), ("y stored", 8), ("rank barrier", 7), ("published", 10),
+                                      ("fold done", 9), ("end", 6))}
+        skew = {"spread_us": spread, "by_cluster_us": by_cluster, "last_publisher_counts": last.tolist(),
                 "last_fold_by_block": np.bincount(late % 16, minlength=16).tolist(),
                 "last_fold_by_cluster": np.bincount(late // 16, minlength=nb // 16).tolist(),
                 "fold_after_last_publish_us": {"median": float(np.median(handoff)) / 1e3,
@@ -228,6 +235,8 @@ def main():
         print(f"| TP{p['tp']} M={p['M']} every block | spread (us, max - min over blocks): {sp}; last publisher by rank "
               f"{sk['last_publisher_counts']}; last fold by block {sk['last_fold_by_block']}, by cluster "
               f"{sk['last_fold_by_cluster']}; fold done after the last rank published (us): {fa} |")
+        bc = "; ".join(f"{k} " + " / ".join(f"{x:.2f}" for x in v) for k, v in sk["by_cluster_us"].items())
+        print(f"| TP{p['tp']} M={p['M']} by cluster | us after the step's earliest start, each cluster's latest block: {bc} |")
         wp = "; ".join(f"{k} {v['us_after_start']:.2f}" + (f" (warps {v['warp_counts']})" if "warp_counts" in v else "")
                        for k, v in sk["warps"].items())
         print(f"| TP{p['tp']} M={p['M']} warps | us after the step's start: {wp} |")
