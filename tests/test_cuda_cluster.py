@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import ctypes as C
 
-import re
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
