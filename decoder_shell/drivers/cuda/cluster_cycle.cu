@@ -1252,7 +1252,8 @@ __device__ void cluster_cycle(const CArgs& p) {
   static_assert(AW + 11 <= NT, "a thread per word of the next step's arguments, header and order offset");
   // elements a helper thread publishes at the flag-and-data join, for the fewest helpers a step leaves
   // (NW - nsk, or (NW / 4) * (4 - nsk) where the Sinkhorn warps' schedulers are left to them, over nsk <= NSK)
-  constexpr int NSK = (RPC + 1) / 2, ISN = cl_isolate_max<R, RPC>() < NSK ? cl_isolate_max<R, RPC>() : NSK;
+  constexpr int ISO = cl_isolate_max<R, RPC>();  // the most Sinkhorn warps whose schedulers are left to them
+  constexpr int NSK = (RPC + 1) / 2, ISN = ISO < NSK ? ISO : NSK;
   constexpr int NH_MIN = 32 * (ISN > 0 && (NW / 4) * (4 - ISN) < NW - NSK ? (NW / 4) * (4 - ISN) : NW - NSK);
   constexpr int NE = (RPC * Q * CL_LANES + NH_MIN - 1) / NH_MIN;
   // packed words (three bf16 values each) a helper thread publishes and folds; registers of its own values and
@@ -1374,11 +1375,11 @@ __device__ void cluster_cycle(const CArgs& p) {
     const int nsk = work && op != OP_POST_HEAD ? (nrows + 1) / 2 : 0;
 #if CL_ROLES_CARRIED
     if (((nsk << 8) | nrows) != role_key) {
-      ro = roles_of<NW, cl_isolate_max<R, RPC>()>(nsk, nrows, w, lane);
+      ro = roles_of<NW, ISO>(nsk, nrows, w, lane);
       role_key = (nsk << 8) | nrows;
     }
 #else
-    const Roles ro = roles_of<NW, cl_isolate_max<R, RPC>()>(nsk, nrows, w, lane);
+    const Roles ro = roles_of<NW, ISO>(nsk, nrows, w, lane);
 #endif
     const bool helper = ro.helper, po = ro.po, mixer = ro.mixer;
     const int hw = ro.hw, nh = ro.nh, ht = ro.ht, mv = ro.mv;
