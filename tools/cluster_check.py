@@ -116,7 +116,7 @@ def watchdog(drv) -> str:
         return "did not fire"
 
 
-def profile(drv, rows: int, tp: int, reps: int = 30) -> dict:
+def profile(drv, rows: int, tp: int, reps: int = 30, dump: Path | None = None) -> dict:
     g = preset("dsv4-flash", tp=tp, verify_rows=rows, draft_rows=0)
     cyc = build_cycle(g, RingContract())
     values = injected_values(cyc, [7, rows])
@@ -127,6 +127,8 @@ def profile(drv, rows: int, tp: int, reps: int = 30) -> dict:
         cycle_ms = statistics.median(s.launch() for _ in range(reps))
         sync_step_us = s.barrier_ms(reps) * 1e3
         every = s.step_detail(every_block=True).astype(np.int64)[:-1]  # [steps][blocks][16]: one traced launch
+        if dump:
+            np.savez_compressed(dump / f"every-tp{tp}-m{rows}.npz", every=every)
         d = every[:, 0]  # cluster 0 block 0
         plan = s.plan
         stamps = [d[:, k] for k in (0, 1, 2, 3, 4)] + [d[:, 6]]
@@ -186,6 +188,8 @@ def profile(drv, rows: int, tp: int, reps: int = 30) -> dict:
             warps["weight copy issued"] = {"us_after_start": float(np.median(e[:, :, 15].astype(np.int64) - st0)) / 1e3}
         warps["end stamp"] = {"us_after_start": float(np.median(e[:, :, 6].astype(np.int64) - st0)) / 1e3}
         skew["warps"] = warps
+        if e[:, :, 14].any() and not e[:, :, 11].any():  # (CL_SM_STAMP=1 builds: each block's SM + 1; blocks stay put)
+            skew["sm_by_cluster"] = (e[0, :, 14] - 1).reshape(nb // 16, 16).tolist()
         # the same launch doing only its synchronization (no Sinkhorn warps: thread 0 is helper thread 0): where its
         # ~4 us a step go (block barriers, the exchange, the rank's barrier, publishing, the fold's polls)
         z = s.step_detail(mode=1).astype(np.int64)[:-1]
@@ -208,13 +212,14 @@ def main():
     ap.add_argument("--profile-rows", type=int, nargs="*", default=[2, 8])
     ap.add_argument("--tp", type=int, default=4)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--dump", type=Path, help="a folder for each profile's raw stamps ([steps][blocks][16], .npz)")
     args = ap.parse_args()
     drv = get_driver("cuda", placement="emulated")
     res = {"driver": drv.describe()}
     res["exactness"] = exactness(drv, args.cases, args.seed)
     res["fma_mismatches"] = fma_caught(drv, args.seed)
     res["watchdog"] = watchdog(drv)
-    res["profile"] = [profile(drv, m, args.tp) for m in args.profile_rows]
+    res["profile"] = [profile(drv, m, args.tp, dump=args.dump) for m in args.profile_rows]
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))
     e = res["exactness"]
@@ -237,6 +242,9 @@ def main():
               f"{sk['last_fold_by_cluster']}; fold done after the last rank published (us): {fa} |")
         bc = "; ".join(f"{k} " + " / ".join(f"{x:.2f}" for x in v) for k, v in sk["by_cluster_us"].items())
         print(f"| TP{p['tp']} M={p['M']} by cluster | us after the step's earliest start, each cluster's latest block: {bc} |")
+        if "sm_by_cluster" in sk:
+            print(f"| TP{p['tp']} M={p['M']} SMs | each cluster's blocks: " + "; ".join(
+                " ".join(map(str, c)) for c in sk["sm_by_cluster"]) + " |")
         wp = "; ".join(f"{k} {v['us_after_start']:.2f}" + (f" (warps {v['warp_counts']})" if "warp_counts" in v else "")
                        for k, v in sk["warps"].items())
         print(f"| TP{p['tp']} M={p['M']} warps | us after the step's start: {wp} |")

@@ -1112,6 +1112,17 @@ __device__ __forceinline__ void arrival_take(u64* st, int k, u64* word, u64 rese
   *word = reset;
 }
 
+#ifndef CL_SM_STAMP
+#define CL_SM_STAMP 0  // diagnosis builds (1): traced launches record each block's SM (%smid + 1) at each step's start
+                       // in stamp 14 (where a late cluster runs: its GPC, its TPC's partner)
+#endif
+static_assert(!(CL_SM_STAMP && CL_WARP_STAMPS), "stamp 14 holds either the SM or a warp's arrival");
+__device__ __forceinline__ unsigned smid() {
+  unsigned v;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(v));
+  return v;
+}
+
 __device__ __forceinline__ void dstamp(u64* st, int k) {
   if (st) st[k] = globaltimer();
 }
@@ -1180,6 +1191,10 @@ __host__ __device__ constexpr int cl_wbufs() { return CL_WBUF2 && RPC <= CL_WBUF
 #define CL_WSPARE 4  // builds of one weight buffer and at most N rows keep one box slot more (0: none)
 // (H100, twenty-third session: TP4 M=4 0.667-0.670 -> 0.629-0.632 ms, TP2 M=8 0.690-0.706 -> 0.640-0.654; at TP4
 // M=8, CL_WSPARE=8, 0.919-0.938 against 0.913-0.926: there the dot products are long enough to hide the copy)
+#endif
+#ifndef CL_LATE_AT
+#define CL_LATE_AT 0  // where a step's late boxes (builds of one buffer) are requested: 0 after the step before's dot
+                      // products (they land during its B), 1 at the step's own start (during its stream values)
 #endif
 #ifndef CL_WSPARE_AT
 #define CL_WSPARE_AT 0  // where a spare slot's box is requested: 0 at the step's start, 1 after the stream values
@@ -1354,6 +1369,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     u64* dh = p.detail ? p.detail + ((size_t)s * gridDim.x + blockIdx.x) * CL_DETAIL : nullptr;  // (helper thread 0)
     u64* ds = t == 0 ? dh : nullptr;
     dstamp(ds, 0);
+    if (CL_SM_STAMP && ds) ds[14] = smid() + 1;
     // the next step's early boxes (all of them with two buffers) requested now into their free slots (their last reader, the dot
     // products of step s - 1, finished before that step's block barrier after A); nout_next came from the step
     // table a step ago, and the one after it is loaded now. First thing in the step, ahead of the step's global
@@ -1363,6 +1379,10 @@ __device__ void cluster_cycle(const CArgs& p) {
     // by a helper beside B's prefetches 0.532 / 0.616 (the copy slowed the fold, 1.6 -> 2.7 us), against 0.462 /
     // 0.525 here (fifteenth session): both removed. After thread 0's stream values, C took 0.93 against 0.83 us and
     // TP4 M=2 0.518 against 0.494 ms (nineteenth session; with no copy at all C is 0.77): removed
+    // (CL_LATE_AT 1) this step's late boxes, into the slots step s - 1's dot products freed: first, the dot products
+    // wait for them
+    if (CL_LATE_AT && EARLY < BPS && CL_FETCHES && work && fetcher && s > 0)
+      fetch_weights<Q, NSL>(p, s, nout, r, L0, wsm, CL_FIRST_SLOT(s), EARLY, BPS, &wbar[EARLY < BPS][s & 1]);
     if (EARLY > 0 && EARLY_AT == 0 && CL_FETCHES && work && fetcher && s + 1 < p.nsteps) {
       fetch_weights<Q, NSL>(p, s + 1, nout_next, r, L0, wsm, CL_FIRST_SLOT(s + 1), 0, EARLY, &wbar[0][(s + 1) & 1]);
       nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;
@@ -1597,7 +1617,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     // issued by thread 0, which waits for no gpu-scope fence before it lands: a helper's rank barrier
     // would wait for the whole copy)
     wpending = CL_FETCHES && work && s + 1 < p.nsteps;  // (its first EARLY boxes were requested at the step's start)
-    if (EARLY < BPS && wpending && fetcher)
+    if (!CL_LATE_AT && EARLY < BPS && wpending && fetcher)
       fetch_weights<Q, NSL>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, CL_FIRST_SLOT(s + 1), EARLY, BPS, &wbar[EARLY < BPS][(s + 1) & 1]);
     // B: Sinkhorn warps (two rows each) and helper warps (y, join, the next all-reduce); each thread that
     // splits a mix first waits until every block's partials are in (its own test of the block's mbarrier:
