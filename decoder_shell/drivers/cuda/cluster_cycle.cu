@@ -84,7 +84,9 @@ __device__ __forceinline__ int chain_of(int w, int i) { return w + NW * i; }
                          // warps in every build (tuning); 2 at one Sinkhorn warp in the one- and two-row builds of one
                          // or two ranks (H100, twenty-fifth session: TP1 M=2 0.466 -> 0.454 ms, TP2 M=2 0.481 -> 0.470;
                          // slower at TP4 M=2 (0.487 -> 0.491), where the helpers' fold is the other chain as long, and
-                         // with two Sinkhorn warps, M=4: TP1 +1%, TP2 +2%, TP4 +8%)
+                         // with two Sinkhorn warps, M=4: TP1 +1%, TP2 +2%, TP4 +8%). Tried (twenty-sixth session): one
+                         // of the three helper warps beside it kept (four rounds, every build of one or two rows): TP4
+                         // M=1/2 0.445-0.446 / 0.486-0.488 against 0.442-0.443 / 0.488-0.491, TP2 +0.4 to +1%, TP1 even
 #endif
 // The most Sinkhorn warps at which a build of R ranks and RPC rows keeps their schedulers for them (CL_ISOLATE_SK).
 template <int R, int RPC>
@@ -1190,11 +1192,11 @@ __host__ __device__ constexpr int cl_wbufs() { return CL_WBUF2 && RPC <= CL_WBUF
 #ifndef CL_WSPARE
 #define CL_WSPARE 4  // builds of one weight buffer and at most N rows keep one box slot more (0: none)
 // (H100, twenty-third session: TP4 M=4 0.667-0.670 -> 0.629-0.632 ms, TP2 M=8 0.690-0.706 -> 0.640-0.654; at TP4
-// M=8, CL_WSPARE=8, 0.919-0.938 against 0.913-0.926: there the dot products are long enough to hide the copy)
-#endif
-#ifndef CL_LATE_AT
-#define CL_LATE_AT 0  // where a step's late boxes (builds of one buffer) are requested: 0 after the step before's dot
-                      // products (they land during its B), 1 at the step's own start (during its stream values)
+// M=8, CL_WSPARE=8, 0.919-0.938 against 0.913-0.926: there the dot products are long enough to hide the copy).
+// A step's late boxes requested at its own start instead of after the step before's dot products (off B, where
+// the dot products then wait for them; twenty-sixth session, H100): TP4 M=4 / 8 0.657-0.685 / 1.010-1.032 ms, with
+// CL_WSPARE=8 0.660-0.690 / 0.928-0.955, against 0.627-0.646 / 0.903-0.926; the fold after the last publish at M=8
+// still 1.70 us (2.11 with the copy in B): removed
 #endif
 #ifndef CL_WSPARE_AT
 #define CL_WSPARE_AT 0  // where a spare slot's box is requested: 0 at the step's start, 1 after the stream values
@@ -1379,10 +1381,6 @@ __device__ void cluster_cycle(const CArgs& p) {
     // by a helper beside B's prefetches 0.532 / 0.616 (the copy slowed the fold, 1.6 -> 2.7 us), against 0.462 /
     // 0.525 here (fifteenth session): both removed. After thread 0's stream values, C took 0.93 against 0.83 us and
     // TP4 M=2 0.518 against 0.494 ms (nineteenth session; with no copy at all C is 0.77): removed
-    // (CL_LATE_AT 1) this step's late boxes, into the slots step s - 1's dot products freed: first, the dot products
-    // wait for them
-    if (CL_LATE_AT && EARLY < BPS && CL_FETCHES && work && fetcher && s > 0)
-      fetch_weights<Q, NSL>(p, s, nout, r, L0, wsm, CL_FIRST_SLOT(s), EARLY, BPS, &wbar[EARLY < BPS][s & 1]);
     if (EARLY > 0 && EARLY_AT == 0 && CL_FETCHES && work && fetcher && s + 1 < p.nsteps) {
       fetch_weights<Q, NSL>(p, s + 1, nout_next, r, L0, wsm, CL_FIRST_SLOT(s + 1), 0, EARLY, &wbar[0][(s + 1) & 1]);
       nout_next = s + 2 < p.nsteps ? p.steps[s + 2].nout : 0;
@@ -1617,7 +1615,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     // issued by thread 0, which waits for no gpu-scope fence before it lands: a helper's rank barrier
     // would wait for the whole copy)
     wpending = CL_FETCHES && work && s + 1 < p.nsteps;  // (its first EARLY boxes were requested at the step's start)
-    if (!CL_LATE_AT && EARLY < BPS && wpending && fetcher)
+    if (EARLY < BPS && wpending && fetcher)
       fetch_weights<Q, NSL>(p, s + 1, hdr_s[(s + 1) & 1][3], r, L0, wsm, CL_FIRST_SLOT(s + 1), EARLY, BPS, &wbar[EARLY < BPS][(s + 1) & 1]);
     // B: Sinkhorn warps (two rows each) and helper warps (y, join, the next all-reduce); each thread that
     // splits a mix first waits until every block's partials are in (its own test of the block's mbarrier:
