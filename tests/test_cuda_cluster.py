@@ -102,7 +102,7 @@ def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("defines,rpc", [(d, 2) for d in [
     "CL_NO_JOIN", "CL_NO_FETCH", "CL_FOLD_NOLOAD", "CL_ISOLATE_SK=1", "CL_PREFETCH_EARLY CL_LOOKAHEAD=4",
-    "CL_WARP_STAMPS=1", "CL_C_SKIP", "CL_C_NOSTORE",
+    "CL_WARP_STAMPS=1", "CL_SM_STAMP=1", "CL_C_SKIP", "CL_C_NOSTORE",
     "CL_EVICT_FIRST=0 CL_PART_AHEAD=1", "CL_COUNTER_JOIN", "CL_LL_WORDS=4", "CL_JOIN_RELEASE",
     "CL_JOIN_RELEASE CL_COUNTER_JOIN", "CL_DOT_UNROLL=16", "CL_DOT_SPLIT_ROWS=4", "CL_LL_WORDS=24", "CL_LL_SPLIT=0",
     "CL_LL_WORDS32=8", "CL_DOT_LANES=2", "CL_DOT_LANES=9", "CL_LL_NOWAIT", "SINKHORN_DIV_SHORT=0",
@@ -122,6 +122,19 @@ def test_every_tuning_and_timing_define_builds(defines, rpc, tmp_path, monkeypat
     monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
     src, entry = source(4, rpc)
     assert entry.encode() in compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
+
+
+def test_the_sm_and_warp_stamps_are_refused_together(tmp_path, monkeypatch):
+    """Stamp 14 holds either each block's SM (CL_SM_STAMP) or a warp's arrival (CL_WARP_STAMPS): a build asking for
+    both stops at compile time instead of tracing one over the other."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
+    from decoder_shell.errors import BuildError
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", "CL_SM_STAMP=1 CL_WARP_STAMPS=1")
+    src, _ = source(4, 2)
+    with pytest.raises(BuildError, match="stamp 14 holds either"):
+        compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
 
 
 @pytest.mark.parametrize("ranks,rpc,differs", [(1, 2, True), (2, 1, True), (1, 4, False), (2, 8, False), (4, 2, False)])
