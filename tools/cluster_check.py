@@ -35,7 +35,7 @@ from decoder_shell.commands.program import build_cycle, reference  # noqa: E402
 from decoder_shell.contracts.allreduce import RingContract  # noqa: E402
 from decoder_shell.corpus.synth import injected_values  # noqa: E402
 from decoder_shell.drivers import get_driver  # noqa: E402
-from decoder_shell.drivers.cuda.cluster_cycle import HIDDEN, ClusterSession  # noqa: E402
+from decoder_shell.drivers.cuda.cluster_cycle import CL_SIZE, HIDDEN, ClusterSession  # noqa: E402
 from decoder_shell.drivers.cuda.steps import weight_bytes  # noqa: E402
 from decoder_shell.errors import MismatchError, UsageError  # noqa: E402
 from decoder_shell.geometry import Geometry, preset  # noqa: E402
@@ -116,6 +116,11 @@ def watchdog(drv) -> str:
         return "did not fire"
 
 
+# A step's stamps in every block, in the order they are reached (detail index k; stream values only in by-cluster)
+STAMPS = (("start", 0), ("stream values", 1), ("dots done", 2), ("partials in", 3), ("Sinkhorn done", 5),
+          ("y stored", 8), ("rank barrier", 7), ("published", 10), ("fold done", 9), ("end", 6))
+
+
 def profile(drv, rows: int, tp: int, reps: int = 30, dump: Path | None = None) -> dict:
     g = preset("dsv4-flash", tp=tp, verify_rows=rows, draft_rows=0)
     cyc = build_cycle(g, RingContract())
@@ -150,27 +155,27 @@ def profile(drv, rows: int, tp: int, reps: int = 30, dump: Path | None = None) -
         # published the same columns (block b's fold done - the latest publish stamp of block b over the ranks:
         # the join's own cost, without the wait for a late rank)
         e = every[body]
-        nb = e.shape[1]
+        nc = e.shape[1] // CL_SIZE
+
+        def by_clusters(a):  # [steps][blocks] -> [steps][clusters][CL_SIZE]
+            return a.reshape(len(e), nc, CL_SIZE)
+
         spread = {name: float(np.median(e[:, :, k].max(1) - e[:, :, k].min(1))) / 1e3
-                  for name, k in (("start", 0), ("dots done", 2), ("partials in", 3), ("Sinkhorn done", 5),
-                                  ("y stored", 8), ("rank barrier", 7), ("published", 10), ("fold done", 9),
-                                  ("end", 6))}
-        pub = e[:, :, 10].reshape(len(e), nb // 16, 16)
-        last = np.bincount(pub.max(2).argmax(1), minlength=nb // 16)
-        handoff = e[:, :, 9].reshape(len(e), nb // 16, 16) - pub.max(1)[:, None, :]
+                  for name, k in STAMPS if k != 1}
+        pub = by_clusters(e[:, :, 10])
+        last = np.bincount(pub.max(2).argmax(1), minlength=nc)
+        handoff = by_clusters(e[:, :, 9]) - pub.max(1)[:, None, :]
         # the block whose fold ends a step last: its index in its cluster and its cluster (a straggler of one layout or
         # one cluster shows as a peak; a cluster is a rank where the rank has one row group)
         late = e[:, :, 9].astype(np.int64).argmax(1)
         # each cluster's way through a step: at each stamp, the cluster's latest block after the step's earliest start
         # (median over steps): where a cluster that is late falls behind, or whether it starts behind
         t0 = e[:, :, 0].min(1)[:, None]
-        by_cluster = {name: [float(v) / 1e3 for v in np.median((e[:, :, k] - t0).reshape(len(e), nb // 16, 16).max(2), 0)]
-                      for name, k in (("start", 0), ("stream values", 1), ("dots done", 2), ("partials in", 3),
-                                      ("Sinkhorn done", 5), ("y stored", 8), ("rank barrier", 7), ("published", 10),
-                                      ("fold done", 9), ("end", 6))}
+        by_cluster = {name: [float(v) / 1e3 for v in np.median(by_clusters(e[:, :, k] - t0).max(2), 0)]
+                      for name, k in STAMPS}
         skew = {"spread_us": spread, "by_cluster_us": by_cluster, "last_publisher_counts": last.tolist(),
-                "last_fold_by_block": np.bincount(late % 16, minlength=16).tolist(),
-                "last_fold_by_cluster": np.bincount(late // 16, minlength=nb // 16).tolist(),
+                "last_fold_by_block": np.bincount(late % CL_SIZE, minlength=CL_SIZE).tolist(),
+                "last_fold_by_cluster": np.bincount(late // CL_SIZE, minlength=nc).tolist(),
                 "fold_after_last_publish_us": {"median": float(np.median(handoff)) / 1e3,
                                                "p90": float(np.percentile(handoff, 90)) / 1e3,
                                                "max of a step (median)": float(np.median(handoff.max((1, 2)))) / 1e3}}
@@ -189,7 +194,7 @@ def profile(drv, rows: int, tp: int, reps: int = 30, dump: Path | None = None) -
         warps["end stamp"] = {"us_after_start": float(np.median(e[:, :, 6].astype(np.int64) - st0)) / 1e3}
         skew["warps"] = warps
         if e[:, :, 14].any() and not e[:, :, 11].any():  # (CL_SM_STAMP=1 builds: each block's SM + 1; blocks stay put)
-            skew["sm_by_cluster"] = (e[0, :, 14] - 1).reshape(nb // 16, 16).tolist()
+            skew["sm_by_cluster"] = (e[0, :, 14] - 1).reshape(nc, CL_SIZE).tolist()
         # the same launch doing only its synchronization (no Sinkhorn warps: thread 0 is helper thread 0): where its
         # ~4 us a step go (block barriers, the exchange, the rank's barrier, publishing, the fold's polls)
         z = s.step_detail(mode=1).astype(np.int64)[:-1]
@@ -219,6 +224,8 @@ def main():
     res["exactness"] = exactness(drv, args.cases, args.seed)
     res["fma_mismatches"] = fma_caught(drv, args.seed)
     res["watchdog"] = watchdog(drv)
+    if args.dump:
+        args.dump.mkdir(parents=True, exist_ok=True)
     res["profile"] = [profile(drv, m, args.tp, dump=args.dump) for m in args.profile_rows]
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))
