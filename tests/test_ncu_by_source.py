@@ -35,7 +35,7 @@ def column_sum(path: Path, name: str) -> tuple[int, int]:
 @pytest.mark.parametrize("prof,cubin", CASES)
 def test_every_instruction_on_a_line_and_nothing_lost(prof, cubin):
     csv_path, sass = NCU / prof / "sass.csv.gz", NCU / f"{cubin}.sass.txt.gz"
-    ex, sa, placed = nbs.by_line(csv_path, sass)
+    ex, sa, placed, _ = nbs.by_line(csv_path, sass)
     executed, n = column_sum(csv_path, "Instructions Executed")
     samples, _ = column_sum(csv_path, "Warp Stall Sampling (All Samples)")
     assert placed == n > 1000

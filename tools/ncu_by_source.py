@@ -51,9 +51,9 @@ def read_profile(path: Path) -> tuple[list[str], list[list[str]]]:
         return head, [x for x in r if len(x) == len(head)]
 
 
-def by_line(csv_path: Path, sass_path: Path) -> tuple[collections.Counter, collections.Counter, int]:
-    """Executions and stall samples a source line (0: an instruction the line table does not place), and how
-    many of the profile's instructions the table placed."""
+def by_line(csv_path: Path, sass_path: Path) -> tuple[collections.Counter, collections.Counter, int, int]:
+    """Executions and stall samples a source line (0: an instruction the line table does not place), how many
+    of the profile's instructions the table placed, and how many it holds."""
     table = line_table(sass_path)
     head, rows = read_profile(csv_path)
     col = {k: i for i, k in enumerate(head)}
@@ -65,7 +65,7 @@ def by_line(csv_path: Path, sass_path: Path) -> tuple[collections.Counter, colle
         ln = table.get(off, 0)
         ex[ln] += int(x[col["Instructions Executed"]] or 0)
         sa[ln] += int(x[col["Warp Stall Sampling (All Samples)"]] or 0)
-    return ex, sa, placed
+    return ex, sa, placed, len(rows)
 
 
 def main():
@@ -85,8 +85,7 @@ def main():
         if (m := FUNC.match(text)) and not text.strip().endswith(";"):
             cur = m.group(1)
         func[i] = cur
-    ex, sa, placed = by_line(args.csv, args.sass)
-    n = len(read_profile(args.csv)[1])
+    ex, sa, placed, n = by_line(args.csv, args.sass)
     blocks = args.ranks * cc.CL_SIZE
     fex, fsa = collections.Counter(), collections.Counter()
     for ln in ex:
