@@ -489,6 +489,26 @@ __device__ __forceinline__ void publish_word(bool bf, unsigned* ll32, u64* ll64,
   if (bf) st_relaxed(ll32 + e, Word<true>::make(seq, bits));
   else st_relaxed(ll64 + e, Word<false>::make(seq, bits));
 }
+#ifndef CL_PUB_REGS
+#define CL_PUB_REGS 0  // 1: a helper's words published by one loop per word kind from its rank's region, 32-bit offsets
+#endif
+// A helper thread's words of its rank's partial (its elements i = ht + j nh below n1, j < NE; `mine`: its rank's
+// words of the step, of the join's kind): the word kind is the loop's, not a select a word, and an element's offset
+// is 32-bit (rows x D < 2^32), so a word takes its store and the slot's arithmetic (with publish_word a word's 64-bit
+// offset, the rank's stride multiplied again, and both kinds' stores predicated).
+template <int Q, bool BF, int NE, int NO>
+__device__ __forceinline__ void publish_words(typename Word<BF>::T* mine, unsigned seq, const unsigned (&own)[NO], int ht,
+                                              int nh, int n1, int L0, int row0) {
+  static_assert(NE <= NO, "a value a word");
+  asm("" : "+l"(mine));  // (the base made once: else its rank's stride was multiplied again for every word)
+#pragma unroll
+  for (int j = 0; j < NE; j++) {
+    const int i = ht + j * nh;
+    if (i >= n1) break;
+    const Slot sl = slot_of<Q>(i, L0);
+    st_relaxed(mine + ((unsigned)(row0 + sl.mi) * (unsigned)(Q * LANES) + (unsigned)sl.col), Word<BF>::make(seq, own[j]));
+  }
+}
 // First ranks of a thread's elements packed four bits each (ranks < 8), eight a register.
 template <int N>
 __device__ __forceinline__ int first_of(const unsigned (&fp)[N], int j) { return (fp[j / 8] >> (4 * (j % 8))) & 15u; }
@@ -1254,6 +1274,39 @@ __device__ __forceinline__ Roles roles_of(int nsk, int nrows, int w, int lane) {
   return o;
 }
 
+// y of one element of the block's slice: its row's pre over the four streams' values, in the contract's order.
+template <int Q>
+__device__ __forceinline__ float y_value(const float (*pre)[HC], const float (*sv)[HC * Q][CL_LANES], const Slot& sl) {
+  float v = MUL(pre[sl.mi][0], sv[sl.mi][0 * Q + sl.q][sl.l]);
+  v = ADD(v, MUL(pre[sl.mi][1], sv[sl.mi][1 * Q + sl.q][sl.l]));
+  v = ADD(v, MUL(pre[sl.mi][2], sv[sl.mi][2 * Q + sl.q][sl.l]));
+  return ADD(v, MUL(pre[sl.mi][3], sv[sl.mi][3 * Q + sl.q][sl.l]));
+}
+#ifndef CL_Y_REGS
+#define CL_Y_REGS 0  // 1: a helper's y elements (i = ht + j nh, j < NE) made in registers, every load before any store
+#endif
+// The helper thread's y elements i = ht + j nh below ny, NE of them at most: every element's shared-memory loads
+// and arithmetic first (out-of-range slots read element ht's, unused), then the stores through y, read into a
+// register once. One element at a time, each store through the generic pointer (it may alias shared memory) kept
+// the next element's loads behind it, and each element waited for its own loads.
+template <int Q, int NE>
+__device__ __forceinline__ void y_regs(const float (*pre)[HC], const float (*sv)[HC * Q][CL_LANES], bf16_t* y, int row0,
+                                       int ny, int L0, int ht, int nh) {
+  float v[NE];
+#pragma unroll
+  for (int j = 0; j < NE; j++) {
+    const int i = ht + j * nh;
+    v[j] = y_value<Q>(pre, sv, slot_of<Q>(i < ny ? i : ht, L0));
+  }
+#pragma unroll
+  for (int j = 0; j < NE; j++) {
+    const int i = ht + j * nh;
+    if (i >= ny) break;
+    const Slot sl = slot_of<Q>(i, L0);
+    y[(unsigned)(row0 + sl.mi) * (unsigned)(Q * LANES) + (unsigned)sl.col] = f2bf(v[j]);  // (below 2^32: rows x D)
+  }
+}
+
 template <int Q, int RPC, int NT, int R>
 __device__ void cluster_cycle(const CArgs& p) {
   constexpr int NW = NT / 32, NCH = (CL_CHAINS + NW - 1) / NW;  // warps; chains a warp
@@ -1668,14 +1721,15 @@ __device__ void cluster_cycle(const CArgs& p) {
       }
       if (work && nrows > 0) {
         bar_named(1, nh);
-        for (int i = ht; i < nrows * Q * CL_LANES; i += nh) {
+        const int ny = nrows * Q * CL_LANES;
+#if CL_Y_REGS
+        y_regs<Q, NE>(pre_s, sv, A.y, row0, ny, L0, ht, nh);
+        for (int i = ht + NE * nh; i < ny; i += nh) {  // (more elements than NE: none for the built shapes)
+#else
+        for (int i = ht; i < ny; i += nh) {
+#endif
           const Slot sl = slot_of<Q>(i, L0);
-          const int mi = sl.mi, q = sl.q, l = sl.l;
-          float v = MUL(pre_s[mi][0], sv[mi][0 * Q + q][l]);
-          v = ADD(v, MUL(pre_s[mi][1], sv[mi][1 * Q + q][l]));
-          v = ADD(v, MUL(pre_s[mi][2], sv[mi][2 * Q + q][l]));
-          v = ADD(v, MUL(pre_s[mi][3], sv[mi][3 * Q + q][l]));
-          A.y[(size_t)(row0 + mi) * (Q * LANES) + sl.col] = f2bf(v);
+          A.y[(size_t)(row0 + sl.mi) * (Q * LANES) + sl.col] = f2bf(y_value<Q>(pre_s, sv, sl));
         }
         if (ht == 0) dstamp(dh, 8);
       }
@@ -1706,11 +1760,16 @@ __device__ void cluster_cycle(const CArgs& p) {
             st_relaxed(mine + slot3<Q>(k, L0, nrow0), word3_make(seq, v[0], v[1], v[2]));
           }
         } else if (!(skipper && s == p.skip_step)) {  // (the watchdog test: the last cluster never publishes)
+#if CL_PUB_REGS
+          if (bfw) publish_words<Q, true, NE>(ll32 + (size_t)r * p.ll_stride, seq, own, ht, nh, n1, L0, nrow0);
+          else publish_words<Q, false, NE>(ll64 + (size_t)r * p.ll_stride, seq, own, ht, nh, n1, L0, nrow0);
+#else
 #pragma unroll
           for (int j = 0; j < NE; j++) {
             if (ht + j * nh >= n1) continue;
             publish_word(bfw, ll32, ll64, elem_of<Q>(ht + j * nh, L0, nrow0) + (size_t)r * p.ll_stride, seq, own[j]);
           }
+#endif
           for (int i = ht + NE * nh; i < n1; i += nh) {  // (more elements than NE: none for the built shapes)
             const size_t e = elem_of<Q>(i, L0, nrow0);
             publish_word(bfw, ll32, ll64, e + (size_t)r * p.ll_stride, seq, raw_bits(bfw, A1.peers[r], e));
