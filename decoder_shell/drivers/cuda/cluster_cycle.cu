@@ -261,6 +261,12 @@ __device__ __forceinline__ size_t elem_of(int i, int L0, int row0) {
   const Slot sl = slot_of<Q>(i, L0);
   return (size_t)(row0 + sl.mi) * (Q * LANES) + sl.col;
 }
+// The same index as 32 bits (rows x D < 2^32): one multiply-add where the 64-bit one takes a wide multiply and a carry.
+template <int Q>
+__device__ __forceinline__ unsigned elem_of32(int i, int L0, int row0) {
+  const Slot sl = slot_of<Q>(i, L0);
+  return (unsigned)(row0 + sl.mi) * (unsigned)(Q * LANES) + (unsigned)sl.col;
+}
 // The rank of the fold's next step: the ring's direction (+1 or -1) with wrap-around over R ranks.
 template <int R>
 __device__ __forceinline__ int next_rank(int rr, int dir) {
@@ -494,7 +500,7 @@ __device__ __forceinline__ void publish_word(bool bf, unsigned* ll32, u64* ll64,
 #endif
 // A helper thread's words of its rank's partial (its elements i = ht + j nh below n1, j < NE; `mine`: its rank's
 // words of the step, of the join's kind): the word kind is the loop's, not a select a word, and an element's offset
-// is 32-bit (rows x D < 2^32), so a word takes its store and the slot's arithmetic (with publish_word a word's 64-bit
+// is 32-bit (elem_of32), so a word takes its store and the slot's arithmetic (with publish_word a word's 64-bit
 // offset, the rank's stride multiplied again, and both kinds' stores predicated).
 template <int Q, bool BF, int NE, int NO>
 __device__ __forceinline__ void publish_words(typename Word<BF>::T* mine, unsigned seq, const unsigned (&own)[NO], int ht,
@@ -505,8 +511,7 @@ __device__ __forceinline__ void publish_words(typename Word<BF>::T* mine, unsign
   for (int j = 0; j < NE; j++) {
     const int i = ht + j * nh;
     if (i >= n1) break;
-    const Slot sl = slot_of<Q>(i, L0);
-    st_relaxed(mine + ((unsigned)(row0 + sl.mi) * (unsigned)(Q * LANES) + (unsigned)sl.col), Word<BF>::make(seq, own[j]));
+    st_relaxed(mine + elem_of32<Q>(i, L0, row0), Word<BF>::make(seq, own[j]));
   }
 }
 // First ranks of a thread's elements packed four bits each (ranks < 8), eight a register.
@@ -1302,8 +1307,7 @@ __device__ __forceinline__ void y_regs(const float (*pre)[HC], const float (*sv)
   for (int j = 0; j < NE; j++) {
     const int i = ht + j * nh;
     if (i >= ny) break;
-    const Slot sl = slot_of<Q>(i, L0);
-    y[(unsigned)(row0 + sl.mi) * (unsigned)(Q * LANES) + (unsigned)sl.col] = f2bf(v[j]);  // (below 2^32: rows x D)
+    y[elem_of32<Q>(i, L0, row0)] = f2bf(v[j]);
   }
 }
 
