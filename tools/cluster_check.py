@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -130,8 +131,10 @@ def profile(drv, rows: int, tp: int, reps: int = 30, dump: Path | None = None) -
         for _ in range(5):
             s.launch()
         cycle_ms = statistics.median(s.launch() for _ in range(reps))
+        launch = launch_span(s, reps)
         sync_step_us = s.barrier_ms(reps) * 1e3
         every = s.step_detail(every_block=True).astype(np.int64)[:-1]  # [steps][blocks][16]: one traced launch
+        launch.update(trace_span(s))
         if dump:
             np.savez_compressed(dump / f"every-tp{tp}-m{rows}.npz", every=every)
         d = every[:, 0]  # cluster 0 block 0
@@ -207,7 +210,37 @@ def profile(drv, rows: int, tp: int, reps: int = 30, dump: Path | None = None) -
         return {"M": rows, "tp": tp, "cycle_ms": cycle_ms, "steps": len(plan), "grid": s.describe_grid(),
                 "step_us_median": float(np.median(np.diff(d[:, 0])[body])) / 1e3,
                 "sync_only_us_per_step": sync_step_us, "hbm_us_per_step": float(np.median(hbm_us)),
-                "phases_us": per_phase, "sync_only_phases_us": sync, "blocks": skew, "copy_GBps": gbps}
+                "phases_us": per_phase, "sync_only_phases_us": sync, "blocks": skew, "copy_GBps": gbps,
+                "launch_us": launch}
+
+
+def launch_span(s, reps: int) -> dict:
+    """The cycle's time as launch() reports it (its events nodes of a one-kernel graph) against events recorded
+    around a direct launch (DECODER_SHELL_CUDA_PERSIST_TIMING=direct: the host's launch call inside), alternating."""
+    graph, direct = [], []
+    old = os.environ.get("DECODER_SHELL_CUDA_PERSIST_TIMING")
+    try:
+        for _ in range(reps):
+            os.environ["DECODER_SHELL_CUDA_PERSIST_TIMING"] = "graph"
+            graph.append(s.launch())
+            os.environ["DECODER_SHELL_CUDA_PERSIST_TIMING"] = "direct"
+            direct.append(s.launch())
+    finally:
+        if old is None:
+            os.environ.pop("DECODER_SHELL_CUDA_PERSIST_TIMING", None)
+        else:
+            os.environ["DECODER_SHELL_CUDA_PERSIST_TIMING"] = old
+    return {"graph-timed": statistics.median(graph) * 1e3, "direct-timed": statistics.median(direct) * 1e3}
+
+
+def trace_span(s) -> dict:
+    """After a traced launch: cluster 0 block 0's steps, first start to the end, and its entry to step 0's start
+    (CL_ENTRY_STAMP builds; 0 otherwise), us."""
+    n = len(s.plan)
+    t = np.zeros(n + 2, dtype=np.uint64)
+    s.cu.cuMemcpyDtoH(t.ctypes.data, s.ctl + 256, t.nbytes)
+    t = t.astype(np.int64)
+    return {"steps (traced)": (t[n] - t[0]) / 1e3, "entry to step 0 (traced)": (t[0] - t[n + 1]) / 1e3 if t[n + 1] else 0.0}
 
 
 def main():
@@ -239,6 +272,8 @@ def main():
         ph = ", ".join(f"{k} {v:.2f}" for k, v in p["phases_us"].items())
         print(f"| TP{p['tp']} M={p['M']} | cycle {p['cycle_ms']:.3f} ms, {p['steps']} steps, step {p['step_us_median']:.2f} us "
               f"(sync only {p['sync_only_us_per_step']:.2f}, HBM {p['hbm_us_per_step']:.2f} at {p['copy_GBps']:.0f} GB/s); us: {ph}; {p['grid']} |")
+        lu = ", ".join(f"{k} {v:.1f}" for k, v in p["launch_us"].items())
+        print(f"| TP{p['tp']} M={p['M']} launch | us: {lu} |")
         so = ", ".join(f"{k} {v:.2f}" for k, v in p["sync_only_phases_us"].items())
         print(f"| TP{p['tp']} M={p['M']} sync only | us: {so} |")
         sk = p["blocks"]

@@ -55,7 +55,7 @@ struct CArgs {
   u64* join;        // [nsteps] arrivals (every block once per step and launch)
   int* err;         // 0, or 1 + the step whose join timed out
   u64 timeout_ns;
-  u64* trace;       // null, or [nsteps + 1] stamps (cluster 0, block 0, at each step start)
+  u64* trace;       // null, or [nsteps + 2] stamps (cluster 0, block 0, at each step start; the launch's end; its entry)
   u64* detail;      // null, or [nsteps + 1][blocks][CL_DETAIL] stamps inside each step (every block)
   u64 tag;          // this launch's number: 1, 2, ...
   int rank0, nlocal;  // the ranks this grid computes
@@ -107,6 +107,19 @@ __device__ __forceinline__ void init_cluster_mbarriers(u64* const* bars, int n) 
   if (threadIdx.x == 0) {
     for (int i = 0; i < n; i++) mbar_init(bars[i]);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+  cluster_wait();
+}
+// The same, with thread 0 running `first` once its barriers are initialized, before the block's and the cluster's
+// barriers (CL_PRO_EARLY: step 0's weight copy, which completes on one of them).
+template <class F>
+__device__ __forceinline__ void init_cluster_mbarriers(u64* const* bars, int n, F&& first) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < n; i++) mbar_init(bars[i]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    first();
   }
   __syncthreads();
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
@@ -1311,8 +1324,15 @@ __device__ __forceinline__ void y_regs(const float (*pre)[HC], const float (*sv)
   }
 }
 
+#ifndef CL_PRO_EARLY
+#define CL_PRO_EARLY 0  // tuning (1): step 0's arguments loaded and its weight copy requested before the launch's first barriers
+#endif
+#ifndef CL_ENTRY_STAMP
+#define CL_ENTRY_STAMP 0  // diagnosis builds (1): traced launches stamp block 0's entry in trace[nsteps + 1] (the prologue's length)
+#endif
 template <int Q, int RPC, int NT, int R>
 __device__ void cluster_cycle(const CArgs& p) {
+  if (CL_ENTRY_STAMP && p.trace && blockIdx.x == 0 && threadIdx.x == 0) p.trace[p.nsteps + 1] = globaltimer();
   constexpr int NW = NT / 32, NCH = (CL_CHAINS + NW - 1) / NW;  // warps; chains a warp
   // the dot products' tiling: RW rows by NC chain slots a warp, chain c in group c % CW (TILE: at eight rows
   // and 16 warps, two row blocks of four by eight groups of up to four chains; else every row, NCH slots)
@@ -1376,6 +1396,33 @@ __device__ void cluster_cycle(const CArgs& p) {
   unsigned wphase = 0;  // bit 2g + k: the parity of wbar[g][k]'s next wait
   bool wpending = false;
   int nout_next = 0;    // (EARLY, thread 0) outputs of the step whose weights the next step's start requests
+#if CL_PRO_EARLY
+  // step 0's arguments and header loaded first, their latency beside the barriers' initialization, and thread 0's
+  // step 0 weight copy requested as soon as its barriers exist (before the block's and the cluster's barriers)
+  {
+    const PStep& st = p.steps[0];
+    copy_args_range(&args_s[0], st.mh[r], 0, NT);
+    if (t < 10) hdr_s[0][t] = (&st.kind)[t];
+    if (t == 10) ordoff_s[0] = p.order_off[0];
+  }
+  const int nout0 = work && fetcher ? p.steps[0].nout : 0;
+  auto first_copy = [&]() {
+#ifndef CL_W_LDG
+    if (work && EARLY > 0) fetch_weights<Q, NSL>(p, 0, nout0, r, L0, wsm, 0, 0, EARLY, &wbar[0][0]);
+    if (work && EARLY < BPS) fetch_weights<Q, NSL>(p, 0, nout0, r, L0, wsm, 0, EARLY, BPS, &wbar[EARLY < BPS][0]);
+#endif
+  };
+  {
+    if constexpr (EARLY < BPS) {
+      u64* const bars[6] = {&wbar[0][0], &wbar[0][1], &wbar[EARLY < BPS][0], &wbar[EARLY < BPS][1], &xbar[0], &xbar[1]};
+      init_cluster_mbarriers(bars, 6, first_copy);
+    } else {
+      u64* const bars[4] = {&wbar[0][0], &wbar[0][1], &xbar[0], &xbar[1]};
+      init_cluster_mbarriers(bars, 4, first_copy);
+    }
+    if (CL_WARP_STAMPS && t < 4) arr_s[t] = t == 3 ? ~0ull : 0ull;
+  }
+#else
   {
     if constexpr (EARLY < BPS) {
       u64* const bars[6] = {&wbar[0][0], &wbar[0][1], &wbar[EARLY < BPS][0], &wbar[EARLY < BPS][1], &xbar[0], &xbar[1]};
@@ -1386,13 +1433,16 @@ __device__ void cluster_cycle(const CArgs& p) {
     }
     if (CL_WARP_STAMPS && t < 4) arr_s[t] = t == 3 ? ~0ull : 0ull;
   }
+#endif
 
   // prologue: step 0's arguments, x and weights
   {
     const PStep& st = p.steps[0];
+#if !CL_PRO_EARLY
     copy_args_range(&args_s[0], st.mh[r], 0, NT);
     if (t < 10) hdr_s[0][t] = (&st.kind)[t];
     if (t == 10) ordoff_s[0] = p.order_off[0];
+#endif
     if (work && t == NT - 1)
       for (int k = 1; k < CL_PART_AHEAD; k++) prefetch_partials(part_fetch(p, k, r, p.nsteps), p.groups, g, b);
     __syncthreads();
@@ -1400,8 +1450,10 @@ __device__ void cluster_cycle(const CArgs& p) {
     rows_of(st.rows, p.groups, g, row0, nrows);
     if (work) {
 #ifndef CL_W_LDG
+#if !CL_PRO_EARLY
       if (fetcher && EARLY > 0) fetch_weights<Q, NSL>(p, 0, st.nout, r, L0, wsm, 0, 0, EARLY, &wbar[0][0]);
       if (fetcher && EARLY < BPS) fetch_weights<Q, NSL>(p, 0, st.nout, r, L0, wsm, 0, EARLY, BPS, &wbar[EARLY < BPS][0]);
+#endif
       if (EARLY > 0 && fetcher && p.nsteps > 1) nout_next = p.steps[1].nout;
       wpending = true;
 #endif

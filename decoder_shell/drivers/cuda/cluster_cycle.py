@@ -226,7 +226,7 @@ class ClusterSession(PersistentSession):
         cu.cuMemcpyHtoD(self.table_ptr, C.addressof(table), C.sizeof(table))
         self._tables(table, q)
         n = len(self.plan) + 1
-        self.detail_off = 256 + 8 * n
+        self.detail_off = 256 + 8 * (n + 1)  # (trace: each step's start, the end, block 0's entry: CL_ENTRY_STAMP)
         self.join_off = self.detail_off + 8 * self.DETAIL_SLOTS * n * self.blocks  # (every block's stamps)
         ctl_bytes = self.join_off + 8 * len(self.plan)  # (unused), error, trace, detail, join counters
         self.ctl = self._alloc(ctl_bytes)
@@ -322,8 +322,16 @@ class ClusterSession(PersistentSession):
         p.ll, p.ll_stride, p.ll_seq0 = self.ll, self.ll_stride, self.ll_seq
         return p
 
-    def _start(self, p, params) -> None:
+    def _node(self):
+        b = self.cu.bindings
+        v = b.CUkernelNodeAttrValue()
+        v.clusterDim.x, v.clusterDim.y, v.clusterDim.z = CL_SIZE, 1, 1
+        return self.func, self.blocks, self.threads, self.dyn_smem, [(b.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, v)]
+
+    def _start(self, params) -> None:
         self.cu.cuLaunchKernelEx(self._config(self.blocks), self.func, C.addressof(params), 0)
+
+    def _launched(self, p) -> None:
         self.tag += 1  # every join counter grew by the grid's blocks
         self.ll_seq += len(self.plan)  # and every step's words carried a number of their own
 

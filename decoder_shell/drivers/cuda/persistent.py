@@ -28,6 +28,10 @@ from .session import CudaSession
 PERSISTENT_SOURCE = (Path(__file__).with_name("persistent.cu")).read_text()
 #: Watchdog: a barrier not complete after this long ends the launch (DECODER_SHELL_CUDA_WATCHDOG_MS).
 WATCHDOG_MS = 2000.0
+#: How launch() times a launch (DECODER_SHELL_CUDA_PERSIST_TIMING): "graph", events that are nodes of a one-kernel
+#: graph around it; "direct", events recorded around a direct launch (the host's launch call inside the time; the
+#: default until the graph-timed launch has run on a GPU).
+TIMING = "direct"
 
 
 def late_flags() -> tuple[str, ...]:
@@ -63,6 +67,7 @@ class PersistentSession(CudaSession):
         the units that made its row)."""
         super().__init__(drv, cycle, None, rank=rank, build=False)
         self.ev_a = self.ev_b = None
+        self.launch_graph = None  # [graph, exec, kernel node] of the timed launch (_graph_launch)
         self.flags, self.tag = flags, 0
         self._opts = (drv, fma, blocks, watchdog_ms, skip_step)
         if rank is None:
@@ -148,15 +153,28 @@ class PersistentSession(CudaSession):
         return p
 
     def launch(self, mode: int = 0) -> float:
-        """One cooperative launch; device ms between events around it. Raises after a watchdog stop."""
+        """One launch; device ms between events around it. Raises after a watchdog stop.
+
+        TIMING "graph": the events are nodes of a one-kernel graph (event, kernel, event), as the graph
+        path's are, so the time is the launch's own and never the host's work of submitting it. "direct":
+        events recorded around a direct launch; on an idle stream the first one is recorded before the
+        host has submitted the kernel, so the time also holds the host's launch call (cuda-python builds
+        the configuration, the driver submits it), which the graph path's time does not."""
         if self.broken:
             raise MismatchError(self.broken)
         cu = self.cu
         p = self._args(mode)
         params = (C.c_void_p * 1)(C.addressof(p))
-        cu.cuEventRecord(self.ev_a, self.stream)
-        self._start(p, params)
-        cu.cuEventRecord(self.ev_b, self.stream)
+        timing = os.environ.get("DECODER_SHELL_CUDA_PERSIST_TIMING", TIMING)
+        if timing not in ("graph", "direct"):
+            raise UsageError(f"DECODER_SHELL_CUDA_PERSIST_TIMING={timing!r}: graph or direct")
+        if timing == "direct":
+            cu.cuEventRecord(self.ev_a, self.stream)
+            self._start(params)
+            cu.cuEventRecord(self.ev_b, self.stream)
+        else:
+            self._graph_launch(params)
+        self._launched(p)
         self.finish("the persistent cycle's launch")  # its watchdog ends a barrier wait; the deadline anything else
         err = np.zeros(1, dtype=np.int32)
         cu.cuMemcpyDtoH(err.ctypes.data, self.ctl + 64, 4)
@@ -165,10 +183,45 @@ class PersistentSession(CudaSession):
             raise MismatchError(self.broken)
         return float(cu.cuEventElapsedTime(self.ev_a, self.ev_b))
 
-    def _start(self, p, params) -> None:
-        """The launch itself (between the events)."""
+    def _node(self):
+        """The kernel's launch: function, grid, block, dynamic shared memory, and its launch attributes
+        as (id, value) pairs (here: cooperative, so every block is co-resident)."""
+        b = self.cu.bindings
+        v = b.CUkernelNodeAttrValue()
+        v.cooperative = 1
+        return self.func, self.blocks, S.BLOCK, 0, [(b.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE, v)]
+
+    def _start(self, params) -> None:
+        """The launch itself, direct (DECODER_SHELL_CUDA_PERSIST_TIMING=direct)."""
         self.cu.cuLaunchCooperativeKernel(self.func, self.blocks, 1, 1, S.BLOCK, 1, 1, 0, self.stream,
                                           C.addressof(params))
+
+    def _graph_launch(self, params) -> None:
+        """The launch as the graph (ev_a, kernel, ev_b): made and instantiated at the first launch, its
+        kernel node's arguments set before every later one (the attributes stay the node's)."""
+        cu, b = self.cu, self.cu.bindings
+        func, grid, block, shared, attrs = self._node()
+        kp = b.CUDA_KERNEL_NODE_PARAMS()
+        kp.func = func
+        kp.gridDimX, kp.gridDimY, kp.gridDimZ = grid, 1, 1
+        kp.blockDimX, kp.blockDimY, kp.blockDimZ = block, 1, 1
+        kp.sharedMemBytes = shared
+        kp.kernelParams = C.addressof(params)
+        if self.launch_graph is None:
+            g = cu.cuGraphCreate(0)
+            self.launch_graph = [g, None, None]  # (freed by close() from here on)
+            a = cu.cuGraphAddEventRecordNode(g, [], 0, self.ev_a)
+            node = cu.cuGraphAddKernelNode(g, [a], 1, kp)
+            for key, value in attrs:
+                cu.cuGraphKernelNodeSetAttribute(node, key, value)
+            cu.cuGraphAddEventRecordNode(g, [node], 1, self.ev_b)
+            self.launch_graph[1:] = [cu.cuGraphInstantiate(g, 0), node]
+        else:
+            cu.cuGraphExecKernelNodeSetParams(self.launch_graph[1], self.launch_graph[2], kp)
+        cu.cuGraphLaunch(self.launch_graph[1], self.stream)
+
+    def _launched(self, p) -> None:
+        """What a submitted launch changes on the host."""
         if p.sync:
             self.tag += 1  # every row counter grew by its units: the next launch waits for the next multiple
 
@@ -234,6 +287,12 @@ class PersistentSession(CudaSession):
             return
         try:
             self.finish("the persistent cycle's last launch")
+            if getattr(self, "launch_graph", None) is not None:
+                g, ex, _ = self.launch_graph
+                if ex is not None:
+                    self.cu.cuGraphExecDestroy(ex)
+                self.cu.cuGraphDestroy(g)
+                self.launch_graph = None
             for ev in (getattr(self, "ev_a", None), getattr(self, "ev_b", None)):
                 if ev is not None:
                     self.cu.cuEventDestroy(ev)
