@@ -112,19 +112,6 @@ __device__ __forceinline__ void init_cluster_mbarriers(u64* const* bars, int n) 
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   cluster_wait();
 }
-// The same, with thread 0 running `first` once its barriers are initialized, before the block's and the cluster's
-// barriers (CL_PRO_EARLY: step 0's weight copy, which completes on one of them).
-template <class F>
-__device__ __forceinline__ void init_cluster_mbarriers(u64* const* bars, int n, F&& first) {
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < n; i++) mbar_init(bars[i]);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    first();
-  }
-  __syncthreads();
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-  cluster_wait();
-}
 __device__ __forceinline__ void mbar_expect(u64* bar, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
@@ -1324,9 +1311,6 @@ __device__ __forceinline__ void y_regs(const float (*pre)[HC], const float (*sv)
   }
 }
 
-#ifndef CL_PRO_EARLY
-#define CL_PRO_EARLY 0  // tuning (1): step 0's arguments loaded and its weight copy requested before the launch's first barriers
-#endif
 #ifndef CL_ENTRY_STAMP
 #define CL_ENTRY_STAMP 0  // diagnosis builds (1): traced launches stamp block 0's entry in trace[nsteps + 1] (the prologue's length)
 #endif
@@ -1396,33 +1380,6 @@ __device__ void cluster_cycle(const CArgs& p) {
   unsigned wphase = 0;  // bit 2g + k: the parity of wbar[g][k]'s next wait
   bool wpending = false;
   int nout_next = 0;    // (EARLY, thread 0) outputs of the step whose weights the next step's start requests
-#if CL_PRO_EARLY
-  // step 0's arguments and header loaded first, their latency beside the barriers' initialization, and thread 0's
-  // step 0 weight copy requested as soon as its barriers exist (before the block's and the cluster's barriers)
-  {
-    const PStep& st = p.steps[0];
-    copy_args_range(&args_s[0], st.mh[r], 0, NT);
-    if (t < 10) hdr_s[0][t] = (&st.kind)[t];
-    if (t == 10) ordoff_s[0] = p.order_off[0];
-  }
-  const int nout0 = work && fetcher ? p.steps[0].nout : 0;
-  auto first_copy = [&]() {
-#ifndef CL_W_LDG
-    if (work && EARLY > 0) fetch_weights<Q, NSL>(p, 0, nout0, r, L0, wsm, 0, 0, EARLY, &wbar[0][0]);
-    if (work && EARLY < BPS) fetch_weights<Q, NSL>(p, 0, nout0, r, L0, wsm, 0, EARLY, BPS, &wbar[EARLY < BPS][0]);
-#endif
-  };
-  {
-    if constexpr (EARLY < BPS) {
-      u64* const bars[6] = {&wbar[0][0], &wbar[0][1], &wbar[EARLY < BPS][0], &wbar[EARLY < BPS][1], &xbar[0], &xbar[1]};
-      init_cluster_mbarriers(bars, 6, first_copy);
-    } else {
-      u64* const bars[4] = {&wbar[0][0], &wbar[0][1], &xbar[0], &xbar[1]};
-      init_cluster_mbarriers(bars, 4, first_copy);
-    }
-    if (CL_WARP_STAMPS && t < 4) arr_s[t] = t == 3 ? ~0ull : 0ull;
-  }
-#else
   {
     if constexpr (EARLY < BPS) {
       u64* const bars[6] = {&wbar[0][0], &wbar[0][1], &wbar[EARLY < BPS][0], &wbar[EARLY < BPS][1], &xbar[0], &xbar[1]};
@@ -1433,16 +1390,13 @@ __device__ void cluster_cycle(const CArgs& p) {
     }
     if (CL_WARP_STAMPS && t < 4) arr_s[t] = t == 3 ? ~0ull : 0ull;
   }
-#endif
 
   // prologue: step 0's arguments, x and weights
   {
     const PStep& st = p.steps[0];
-#if !CL_PRO_EARLY
     copy_args_range(&args_s[0], st.mh[r], 0, NT);
     if (t < 10) hdr_s[0][t] = (&st.kind)[t];
     if (t == 10) ordoff_s[0] = p.order_off[0];
-#endif
     if (work && t == NT - 1)
       for (int k = 1; k < CL_PART_AHEAD; k++) prefetch_partials(part_fetch(p, k, r, p.nsteps), p.groups, g, b);
     __syncthreads();
@@ -1450,10 +1404,8 @@ __device__ void cluster_cycle(const CArgs& p) {
     rows_of(st.rows, p.groups, g, row0, nrows);
     if (work) {
 #ifndef CL_W_LDG
-#if !CL_PRO_EARLY
       if (fetcher && EARLY > 0) fetch_weights<Q, NSL>(p, 0, st.nout, r, L0, wsm, 0, 0, EARLY, &wbar[0][0]);
       if (fetcher && EARLY < BPS) fetch_weights<Q, NSL>(p, 0, st.nout, r, L0, wsm, 0, EARLY, BPS, &wbar[EARLY < BPS][0]);
-#endif
       if (EARLY > 0 && fetcher && p.nsteps > 1) nout_next = p.steps[1].nout;
       wpending = true;
 #endif

@@ -28,10 +28,6 @@ from .session import CudaSession
 PERSISTENT_SOURCE = (Path(__file__).with_name("persistent.cu")).read_text()
 #: Watchdog: a barrier not complete after this long ends the launch (DECODER_SHELL_CUDA_WATCHDOG_MS).
 WATCHDOG_MS = 2000.0
-#: How launch() times a launch (DECODER_SHELL_CUDA_PERSIST_TIMING): "graph", events that are nodes of a one-kernel
-#: graph around it; "direct", events recorded around a direct launch (the host's launch call inside the time; the
-#: default until the graph-timed launch has run on a GPU).
-TIMING = "direct"
 
 
 def late_flags() -> tuple[str, ...]:
@@ -58,6 +54,10 @@ class PersistentSession(CudaSession):
     #: No node-by-node timing (replay --breakdown refuses with one line): one kernel has no nodes;
     #: tools/persistent_profile.py times its steps instead.
     profile = None
+    #: How launch() times a launch unless DECODER_SHELL_CUDA_PERSIST_TIMING says: "graph", events that are nodes of
+    #: a one-kernel graph around it; "direct", events recorded around a direct launch (the host's launch call inside
+    #: the time). Direct here: the cooperative kernel node has not run on a GPU (the cluster cycle's has).
+    TIMING = "direct"
 
     def __init__(self, drv, cycle: Cycle, *, rank: int | None = None, fma: bool = False, flags: bool = False,
                  blocks: int | None = None, watchdog_ms: float | None = None, skip_step: int = -1):
@@ -165,7 +165,7 @@ class PersistentSession(CudaSession):
         cu = self.cu
         p = self._args(mode)
         params = (C.c_void_p * 1)(C.addressof(p))
-        timing = os.environ.get("DECODER_SHELL_CUDA_PERSIST_TIMING", TIMING)
+        timing = os.environ.get("DECODER_SHELL_CUDA_PERSIST_TIMING", self.TIMING)
         if timing not in ("graph", "direct"):
             raise UsageError(f"DECODER_SHELL_CUDA_PERSIST_TIMING={timing!r}: graph or direct")
         if timing == "direct":

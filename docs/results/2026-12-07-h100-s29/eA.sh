@@ -21,7 +21,7 @@ for k in 1 2; do for v in graph direct pro tp1; do
     DECODER_SHELL_CUDA_DEFINES="$d" DECODER_SHELL_CUDA_PERSIST_TIMING=$m timeout 60 python3 tools/bench_replay.py --rows 1 2 4 8 --epochs 30 --only-main --no-torch --persistent-cluster > $S/tp4-$v-$k.log 2>&1
   fi
   echo "$v $k rc=$? $((SECONDS-t0))s"
-  [ $((SECONDS-t0)) -gt ${CAP:-230} ] && break 2
+  [ $((SECONDS-t0)) -gt ${CAP:-150} ] && break 2
 done; done
 grep "^| random\|^| FMA\|^| watchdog" $S/check-tp4.log $S/check-pro.log | cut -c1-140
 grep "^| TP4 M=[0-9] |\|launch |" $S/check-tp4.log $S/check-pro.log | cut -c1-330
