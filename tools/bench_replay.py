@@ -12,7 +12,9 @@ folder holding vLLM's `vllm/` sources): the same cycle with vLLM's own mHC kerne
 graph (tools/vllm_peer.py; its Triton path always, TileLang where the tilelang wheel is installed),
 with its mismatching elements against the contracts. `--torch-compile M ...`: the torch cycle with its mHC
 functions through torch.compile (inductor), in one CUDA graph, at those M. All times: CUDA events, warm-up first, medians
-over epochs, slowest rank; ratios last.
+over epochs, slowest rank; ratios last. The shell's events are nodes of the graphs they time (the cluster cycle's: a
+one-kernel graph), the torch side's are recorded behind a held stream (torch_baseline.event_ms): no side's time holds
+the host's work of submitting its launches.
 
     python tools/bench_replay.py [--rows 1 2 4 8] [--tp 4] [--epochs 50] [--persistent] [--persistent-cluster]
                                  [--sinkhorn-forms regs regs-shared]
