@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -216,20 +215,11 @@ def profile(drv, rows: int, tp: int, reps: int = 30, dump: Path | None = None) -
 
 def launch_span(s, reps: int) -> dict:
     """The cycle's time as launch() reports it (its events nodes of a one-kernel graph) against events recorded
-    around a direct launch (DECODER_SHELL_CUDA_PERSIST_TIMING=direct: the host's launch call inside), alternating."""
+    around a direct launch (the host's launch call inside), alternating."""
     graph, direct = [], []
-    old = os.environ.get("DECODER_SHELL_CUDA_PERSIST_TIMING")
-    try:
-        for _ in range(reps):
-            os.environ["DECODER_SHELL_CUDA_PERSIST_TIMING"] = "graph"
-            graph.append(s.launch())
-            os.environ["DECODER_SHELL_CUDA_PERSIST_TIMING"] = "direct"
-            direct.append(s.launch())
-    finally:
-        if old is None:
-            os.environ.pop("DECODER_SHELL_CUDA_PERSIST_TIMING", None)
-        else:
-            os.environ["DECODER_SHELL_CUDA_PERSIST_TIMING"] = old
+    for _ in range(reps):
+        graph.append(s.launch(timing="graph"))
+        direct.append(s.launch(timing="direct"))
     return {"graph-timed": statistics.median(graph) * 1e3, "direct-timed": statistics.median(direct) * 1e3}
 
 
@@ -237,11 +227,8 @@ def trace_span(s) -> dict:
     """After a traced launch: cluster 0 block 0's steps, first start to the end, and its entry to step 0's start
     (CL_ENTRY_STAMP builds; 0 otherwise), us."""
     n = len(s.plan)
-    t = np.zeros(n + 2, dtype=np.uint64)
-    s.cu.cuMemcpyDtoH(t.ctypes.data, s.ctl + 256, t.nbytes)
-    t = t.astype(np.int64)
+    t = s.trace_stamps(extra=1)
     return {"steps (traced)": (t[n] - t[0]) / 1e3, "entry to step 0 (traced)": (t[0] - t[n + 1]) / 1e3 if t[n + 1] else 0.0}
-
 
 def main():
     ap = argparse.ArgumentParser()

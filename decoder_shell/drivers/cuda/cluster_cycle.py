@@ -300,7 +300,7 @@ class ClusterSession(PersistentSession):
         cfg.hStream = self.stream
         at = b.CUlaunchAttribute()
         at.id = b.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        at.value.clusterDim.x, at.value.clusterDim.y, at.value.clusterDim.z = CL_SIZE, 1, 1
+        at.value = self._cluster_dim()
         cfg.attrs = [at]
         cfg.numAttrs = 1
         return cfg
@@ -325,11 +325,15 @@ class ClusterSession(PersistentSession):
         p.ll, p.ll_stride, p.ll_seq0 = self.ll, self.ll_stride, self.ll_seq
         return p
 
-    def _node(self):
-        b = self.cu.bindings
-        v = b.CUkernelNodeAttrValue()
+    def _cluster_dim(self):
+        """The launch attribute value of 16-block clusters (a direct launch's and the graph node's)."""
+        v = self.cu.bindings.CUkernelNodeAttrValue()
         v.clusterDim.x, v.clusterDim.y, v.clusterDim.z = CL_SIZE, 1, 1
-        return self.func, self.blocks, self.threads, self.dyn_smem, [(b.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, v)]
+        return v
+
+    def _node(self):
+        key = self.cu.bindings.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        return self.func, self.blocks, self.threads, self.dyn_smem, [(key, self._cluster_dim())]
 
     def _start(self, params) -> None:
         self.cu.cuLaunchKernelEx(self._config(self.blocks), self.func, C.addressof(params), 0)

@@ -67,7 +67,7 @@ class PersistentSession(CudaSession):
         the units that made its row)."""
         super().__init__(drv, cycle, None, rank=rank, build=False)
         self.ev_a = self.ev_b = None
-        self.launch_graph = None  # [graph, exec, kernel node] of the timed launch (_graph_launch)
+        self.launch_graph = None  # [graph, exec, kernel node, its parameters] of the timed launch (_graph_launch)
         self.flags, self.tag = flags, 0
         self._opts = (drv, fma, blocks, watchdog_ms, skip_step)
         if rank is None:
@@ -152,10 +152,10 @@ class PersistentSession(CudaSession):
         p.rank0, p.nlocal = self.rank0, self.nlocal
         return p
 
-    def launch(self, mode: int = 0) -> float:
+    def launch(self, mode: int = 0, timing: str | None = None) -> float:
         """One launch; device ms between events around it. Raises after a watchdog stop.
 
-        TIMING "graph": the events are nodes of a one-kernel graph (event, kernel, event), as the graph
+        timing (else DECODER_SHELL_CUDA_PERSIST_TIMING, else the class's TIMING) "graph": the events are nodes of a one-kernel graph (event, kernel, event), as the graph
         path's are, so the time is the launch's own and never the host's work of submitting it. "direct":
         events recorded around a direct launch; on an idle stream the first one is recorded before the
         host has submitted the kernel, so the time also holds the host's launch call (cuda-python builds
@@ -165,7 +165,7 @@ class PersistentSession(CudaSession):
         cu = self.cu
         p = self._args(mode)
         params = (C.c_void_p * 1)(C.addressof(p))
-        timing = os.environ.get("DECODER_SHELL_CUDA_PERSIST_TIMING", self.TIMING)
+        timing = timing or os.environ.get("DECODER_SHELL_CUDA_PERSIST_TIMING", self.TIMING)
         if timing not in ("graph", "direct"):
             raise UsageError(f"DECODER_SHELL_CUDA_PERSIST_TIMING={timing!r}: graph or direct")
         if timing == "direct":
@@ -199,25 +199,28 @@ class PersistentSession(CudaSession):
     def _graph_launch(self, params) -> None:
         """The launch as the graph (ev_a, kernel, ev_b): made and instantiated at the first launch, its
         kernel node's arguments set before every later one (the attributes stay the node's)."""
-        cu, b = self.cu, self.cu.bindings
-        func, grid, block, shared, attrs = self._node()
-        kp = b.CUDA_KERNEL_NODE_PARAMS()
-        kp.func = func
-        kp.gridDimX, kp.gridDimY, kp.gridDimZ = grid, 1, 1
-        kp.blockDimX, kp.blockDimY, kp.blockDimZ = block, 1, 1
-        kp.sharedMemBytes = shared
-        kp.kernelParams = C.addressof(params)
+        cu = self.cu
         if self.launch_graph is None:
+            b = cu.bindings
+            func, grid, block, shared, attrs = self._node()
+            kp = b.CUDA_KERNEL_NODE_PARAMS()
+            kp.func = func
+            kp.gridDimX, kp.gridDimY, kp.gridDimZ = grid, 1, 1
+            kp.blockDimX, kp.blockDimY, kp.blockDimZ = block, 1, 1
+            kp.sharedMemBytes = shared
+            kp.kernelParams = C.addressof(params)
             g = cu.cuGraphCreate(0)
-            self.launch_graph = [g, None, None]  # (freed by close() from here on)
+            self.launch_graph = [g, None, None, kp]  # (freed by close() from here on)
             a = cu.cuGraphAddEventRecordNode(g, [], 0, self.ev_a)
             node = cu.cuGraphAddKernelNode(g, [a], 1, kp)
             for key, value in attrs:
                 cu.cuGraphKernelNodeSetAttribute(node, key, value)
             cu.cuGraphAddEventRecordNode(g, [node], 1, self.ev_b)
-            self.launch_graph[1:] = [cu.cuGraphInstantiate(g, 0), node]
+            self.launch_graph[1:3] = [cu.cuGraphInstantiate(g, 0), node]
         else:
-            cu.cuGraphExecKernelNodeSetParams(self.launch_graph[1], self.launch_graph[2], kp)
+            _, ex, node, kp = self.launch_graph
+            kp.kernelParams = C.addressof(params)
+            cu.cuGraphExecKernelNodeSetParams(ex, node, kp)
         cu.cuGraphLaunch(self.launch_graph[1], self.stream)
 
     def _launched(self, p) -> None:
@@ -250,10 +253,14 @@ class PersistentSession(CudaSession):
             self.launch(mode)
         finally:
             self.trace = False
-        n = len(self.plan) + 1
-        t = np.zeros(n, dtype=np.uint64)
-        self.cu.cuMemcpyDtoH(t.ctypes.data, self.ctl + 256, 8 * n)
-        return list(np.diff(t.astype(np.int64)) / 1e6)
+        return list(np.diff(self.trace_stamps()) / 1e6)
+
+    def trace_stamps(self, extra: int = 0) -> np.ndarray:
+        """The last traced launch's %globaltimer stamps, ns: each step's start, the end, then `extra` more
+        (the cluster cycle's block 0 entry: CL_ENTRY_STAMP)."""
+        t = np.zeros(len(self.plan) + 1 + extra, dtype=np.uint64)
+        self.cu.cuMemcpyDtoH(t.ctypes.data, self.ctl + 256, t.nbytes)
+        return t.astype(np.int64)
 
     #: stamps a step in the detail trace (the kernel's own layout)
     DETAIL_SLOTS = 8
@@ -288,7 +295,7 @@ class PersistentSession(CudaSession):
         try:
             self.finish("the persistent cycle's last launch")
             if getattr(self, "launch_graph", None) is not None:
-                g, ex, _ = self.launch_graph
+                g, ex = self.launch_graph[:2]
                 if ex is not None:
                     self.cu.cuGraphExecDestroy(ex)
                 self.cu.cuGraphDestroy(g)
