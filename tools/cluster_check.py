@@ -35,7 +35,7 @@ from decoder_shell.commands.program import build_cycle, reference  # noqa: E402
 from decoder_shell.contracts.allreduce import RingContract  # noqa: E402
 from decoder_shell.corpus.synth import injected_values  # noqa: E402
 from decoder_shell.drivers import get_driver  # noqa: E402
-from decoder_shell.drivers.cuda.cluster_cycle import CL_SIZE, HIDDEN, ClusterSession  # noqa: E402
+from decoder_shell.drivers.cuda.cluster_cycle import CL_SIZE, HIDDEN, PRO_SLOTS, ClusterSession  # noqa: E402
 from decoder_shell.drivers.cuda.steps import weight_bytes  # noqa: E402
 from decoder_shell.errors import MismatchError, UsageError  # noqa: E402
 from decoder_shell.geometry import Geometry, preset  # noqa: E402
@@ -223,12 +223,25 @@ def launch_span(s, reps: int) -> dict:
     return {"graph-timed": statistics.median(graph) * 1e3, "direct-timed": statistics.median(direct) * 1e3}
 
 
+#: the prologue's pieces as CL_ENTRY_STAMP stamps their ends (cluster_cycle.cu CL_PRO_STAMP), after the entry
+PROLOGUE = ("barriers made", "step 0's arguments", "first ranks", "x folded")
+
+
 def trace_span(s) -> dict:
     """After a traced launch: cluster 0 block 0's steps, first start to the end, and its entry to step 0's start
-    (CL_ENTRY_STAMP builds; 0 otherwise), us."""
+    with the prologue's pieces (CL_ENTRY_STAMP builds; absent otherwise), us."""
     n = len(s.plan)
-    t = s.trace_stamps(extra=1)
-    return {"steps (traced)": (t[n] - t[0]) / 1e3, "entry to step 0 (traced)": (t[0] - t[n + 1]) / 1e3 if t[n + 1] else 0.0}
+    t = s.trace_stamps(extra=PRO_SLOTS)
+    out = {"steps (traced)": (t[n] - t[0]) / 1e3}
+    if t[n + 1]:
+        out["entry to step 0 (traced)"] = (t[0] - t[n + 1]) / 1e3
+        prev = t[n + 1]
+        for k, name in enumerate(PROLOGUE):
+            if t[n + 2 + k]:  # (a piece a cycle skips, the first ranks and fold of an unfused step 0, is not stamped)
+                out[f"prologue: {name}"] = (t[n + 2 + k] - prev) / 1e3
+                prev = t[n + 2 + k]
+        out["prologue: to step 0"] = (t[0] - prev) / 1e3
+    return out
 
 def main():
     ap = argparse.ArgumentParser()

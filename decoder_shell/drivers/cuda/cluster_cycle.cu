@@ -1314,6 +1314,12 @@ __device__ __forceinline__ void y_regs(const float (*pre)[HC], const float (*sv)
 #ifndef CL_ENTRY_STAMP
 #define CL_ENTRY_STAMP 0  // diagnosis builds (1): traced launches stamp block 0's entry in trace[nsteps + 1] (the prologue's length)
 #endif
+// (CL_ENTRY_STAMP) block 0's prologue, piece by piece: trace[nsteps + 1 + k], k = 1 the cluster's barriers made,
+// 2 step 0's arguments in shared memory, 3 its first ranks, 4 its x folded; each read after the barrier that ends
+// the piece, behind a shared word written before it (dstamp_after)
+#define CL_PRO_STAMP(k, word) \
+  if (CL_ENTRY_STAMP && p.trace && blockIdx.x == 0) dstamp_after(threadIdx.x == 0 ? p.trace + p.nsteps + 1 + (k) : nullptr, 0, word)
+#define CL_PRO_SLOTS 5  // trace slots past the end: the entry and the four pieces
 template <int Q, int RPC, int NT, int R>
 __device__ void cluster_cycle(const CArgs& p) {
   if (CL_ENTRY_STAMP && p.trace && blockIdx.x == 0 && threadIdx.x == 0) p.trace[p.nsteps + 1] = globaltimer();
@@ -1390,6 +1396,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     }
     if (CL_WARP_STAMPS && t < 4) arr_s[t] = t == 3 ? ~0ull : 0ull;
   }
+  CL_PRO_STAMP(1, &xbar[0]);
 
   // prologue: step 0's arguments, x and weights
   {
@@ -1400,6 +1407,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     if (work && t == NT - 1)
       for (int k = 1; k < CL_PART_AHEAD; k++) prefetch_partials(part_fetch(p, k, r, p.nsteps), p.groups, g, b);
     __syncthreads();
+    CL_PRO_STAMP(2, &args_s[0]);
     int row0, nrows;
     rows_of(st.rows, p.groups, g, row0, nrows);
     if (work) {
@@ -1413,9 +1421,11 @@ __device__ void cluster_cycle(const CArgs& p) {
         for (int k = 1; k < CL_LOOKAHEAD && k < p.nsteps; k++) prefetch_l2<Q>(p.steps[k], r, b);
       if (st.fused) load_order<Q>(p.order + p.order_off[0], args_s[0].D, row0, nrows, L0, ord_s, t, NT);
       __syncthreads();
+      CL_PRO_STAMP(3, &ord_s[0]);
       fold_x<Q, R>(args_s[0], st.fused, ord_s, row0, nrows, L0, xs, t, NT);
     }
     __syncthreads();
+    CL_PRO_STAMP(4, &xs[0][0][0]);
   }
 #if CL_ROLES_CARRIED
   Roles ro{};

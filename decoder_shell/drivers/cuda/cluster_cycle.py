@@ -42,6 +42,8 @@ RPC_BUILDS = (1, 2, 4, 8)
 #: The join words' sequence numbers stay below this: a bf16 word carries 16 bits of its number (cluster_cycle.cu,
 #: Word), so the words are zeroed and the numbers start again from 1 before one would reach it.
 LL_SEQ_END = 2 ** 16
+#: trace slots past the end stamp: CL_ENTRY_STAMP's entry and prologue pieces (cluster_cycle.cu CL_PRO_SLOTS)
+PRO_SLOTS = 5
 
 
 class CArgs(C.Structure):
@@ -229,7 +231,8 @@ class ClusterSession(PersistentSession):
         cu.cuMemcpyHtoD(self.table_ptr, C.addressof(table), C.sizeof(table))
         self._tables(table, q)
         n = len(self.plan) + 1
-        self.detail_off = 256 + 8 * (n + 1)  # (trace: each step's start, the end, block 0's entry: CL_ENTRY_STAMP)
+        # (trace: each step's start, the end, then CL_ENTRY_STAMP's block 0 entry and its prologue's pieces)
+        self.detail_off = 256 + 8 * (n + PRO_SLOTS)
         self.join_off = self.detail_off + 8 * self.DETAIL_SLOTS * n * self.blocks  # (every block's stamps)
         ctl_bytes = self.join_off + 8 * len(self.plan)  # (unused), error, trace, detail, join counters
         self.ctl = self._alloc(ctl_bytes)
