@@ -1223,10 +1223,6 @@ __host__ __device__ constexpr int cl_wbufs() { return CL_WBUF2 && RPC <= CL_WBUF
 // CL_WSPARE=8 0.660-0.690 / 0.928-0.955, against 0.627-0.646 / 0.903-0.926; the fold after the last publish at M=8
 // still 1.70 us (2.11 with the copy in B): removed
 #endif
-#ifndef CL_PUSH_FIRST
-#define CL_PUSH_FIRST 0  // 1 (tuning): a warp pushes its partials (X) before it issues its loads for the join (the helper
-                         // warps' ~45 instructions of addresses each, on the way of every receiver but block 0)
-#endif
 #ifndef CL_WSPARE_AT
 #define CL_WSPARE_AT 0  // where a spare slot's box is requested: 0 at the step's start, 1 after the stream values
 #endif
@@ -1618,17 +1614,6 @@ __device__ void cluster_cycle(const CArgs& p) {
     dstamp_after(ds, 2, &part[0]);
     arrival_take(ds, 11, &arr_s[0], 0ull);
     arrival_take(ds, 14, &arr_s[3], ~0ull);
-    // X: the block's partials pushed into every block of the cluster (warp w to blocks w, w + NW, ..., a
-    // 16-byte piece a lane); by default after the join's loads below are issued, CL_PUSH_FIRST before them
-#define CL_PUSH_PARTIALS()                                                                                               \
-  for (int d = w; d < CL_SIZE; d += NW) {                                                                                \
-    const unsigned rb = dsmem_addr(&xbar[buf], d), ra = dsmem_addr(&recv[buf][b][0], d);                                 \
-    for (int j = lane; j < npieces; j += 32)                                                                             \
-      push_dsmem(ra + 16 * j, BY_LANES ? dot_piece<PS>(halves, j) : *reinterpret_cast<const float4*>(&part[4 * j]), rb); \
-  }
-#if CL_PUSH_FIRST
-    CL_PUSH_PARTIALS();
-#endif
     // the flag-and-data join (one row group a rank, a fused all-reduce next; CL_COUNTER_JOIN: the counter)
     const bool ll = CL_LL_JOIN && p.ll && p.groups == 1 && s + 1 < p.nsteps && hdr_s[(s + 1) & 1][2];
     const int* nh_ = hdr_s[(s + 1) & 1];  // the next step's header and arguments (stored above)
@@ -1690,9 +1675,13 @@ __device__ void cluster_cycle(const CArgs& p) {
     u64* const ll64 = ll ? p.ll + (size_t)(s & 1) * R * p.ll_stride : nullptr;
     unsigned* const ll32 =
         ll ? reinterpret_cast<unsigned*>(p.ll + (size_t)2 * R * p.ll_stride) + (size_t)(s & 1) * R * p.ll_stride : nullptr;
-#if !CL_PUSH_FIRST
-    CL_PUSH_PARTIALS();
-#endif
+    // X: the block's partials pushed into every block of the cluster (warp w to blocks w, w + NW, ..., a
+    // 16-byte piece a lane)
+    for (int d = w; d < CL_SIZE; d += NW) {
+      const unsigned rb = dsmem_addr(&xbar[buf], d), ra = dsmem_addr(&recv[buf][b][0], d);
+      for (int j = lane; j < npieces; j += 32)
+        push_dsmem(ra + 16 * j, BY_LANES ? dot_piece<PS>(halves, j) : *reinterpret_cast<const float4*>(&part[4 * j]), rb);
+    }
     // every warp of this block is past its dot products: the next step's weights may land in wsm (the copy
     // issued by thread 0, which waits for no gpu-scope fence before it lands: a helper's rank barrier
     // would wait for the whole copy)
