@@ -184,9 +184,6 @@ class ClusterSession(PersistentSession):
     """The graph session's buffers, with one cluster-launched kernel instead of the graph."""
 
     DETAIL_SLOTS = 16  # CL_DETAIL in cluster_cycle.cu
-    #: events inside a one-kernel graph (the graph path's way; twenty-ninth session, H100: exact, and the host's
-    #: launch call, 10-15 us of a direct launch's time, out of the cycle's; docs/BENCHMARKS.md)
-    TIMING = "graph"
 
     def _build_persistent(self, drv, fma, blocks, watchdog_ms, skip_step):
         cu, cycle = self.cu, self.cycle

@@ -55,9 +55,11 @@ class PersistentSession(CudaSession):
     #: tools/persistent_profile.py times its steps instead.
     profile = None
     #: How launch() times a launch unless DECODER_SHELL_CUDA_PERSIST_TIMING says: "graph", events that are nodes of
-    #: a one-kernel graph around it; "direct", events recorded around a direct launch (the host's launch call inside
-    #: the time). Direct here: the cooperative kernel node has not run on a GPU (the cluster cycle's has).
-    TIMING = "direct"
+    #: a one-kernel graph around it, as the graph path's events are; "direct", events recorded around a direct launch
+    #: (the host's launch call inside the time). Graph for both kernels: exact, and the host's call out of the time
+    #: (H100; the cluster cycle's, twenty-ninth session: 10-15 us of a direct launch's; the cooperative node's,
+    #: thirtieth session: TP4 M=2 1.399 against 1.410 ms; docs/BENCHMARKS.md).
+    TIMING = "graph"
 
     def __init__(self, drv, cycle: Cycle, *, rank: int | None = None, fma: bool = False, flags: bool = False,
                  blocks: int | None = None, watchdog_ms: float | None = None, skip_step: int = -1):
