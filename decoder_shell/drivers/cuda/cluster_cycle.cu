@@ -1320,8 +1320,11 @@ __device__ __forceinline__ void y_regs(const float (*pre)[HC], const float (*sv)
 // (CL_ENTRY_STAMP) block 0's prologue, piece by piece: trace[nsteps + 1 + k], k = 1 the cluster's barriers made,
 // 2 step 0's arguments in shared memory, 3 its first ranks, 4 its x folded; each read after the barrier that ends
 // the piece, behind a shared word written before it (dstamp_after)
-#define CL_PRO_STAMP(k, word) \
-  if (CL_ENTRY_STAMP && p.trace && blockIdx.x == 0) dstamp_after(threadIdx.x == 0 ? p.trace + p.nsteps + 1 + (k) : nullptr, 0, word)
+#define CL_PRO_STAMP(k, word)                                                                                  \
+  do {                                                                                                         \
+    if (CL_ENTRY_STAMP && p.trace && blockIdx.x == 0)                                                          \
+      dstamp_after(threadIdx.x == 0 ? p.trace + p.nsteps + 1 + (k) : nullptr, 0, word);                       \
+  } while (0)
 #define CL_PRO_SLOTS 5  // trace slots past the end: the entry and the four pieces
 template <int Q, int RPC, int NT, int R>
 __device__ void cluster_cycle(const CArgs& p) {
