@@ -259,7 +259,7 @@ class PersistentSession(CudaSession):
 
     def trace_stamps(self, extra: int = 0) -> np.ndarray:
         """The last traced launch's %globaltimer stamps, ns: each step's start, the end, then `extra` more
-        (the cluster cycle's block 0 entry: CL_ENTRY_STAMP)."""
+        (the cluster cycle's block 0 entry and prologue pieces: CL_ENTRY_STAMP)."""
         t = np.zeros(len(self.plan) + 1 + extra, dtype=np.uint64)
         self.cu.cuMemcpyDtoH(t.ctypes.data, self.ctl + 256, t.nbytes)
         return t.astype(np.int64)
