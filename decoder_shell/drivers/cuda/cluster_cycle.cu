@@ -1311,9 +1311,6 @@ __device__ __forceinline__ void y_regs(const float (*pre)[HC], const float (*sv)
   }
 }
 
-#ifndef CL_PRO_LOADS
-#define CL_PRO_LOADS 0  // 1 (tuning): the prologue's global loads issued before its first barrier (below)
-#endif
 #ifndef CL_ENTRY_STAMP
 #define CL_ENTRY_STAMP 0  // diagnosis builds (1): traced launches stamp block 0's entry in trace[nsteps + 1] (the prologue's length)
 #endif
@@ -1405,66 +1402,30 @@ __device__ void cluster_cycle(const CArgs& p) {
   CL_PRO_STAMP(1, &xbar[0]);
 
   // prologue: step 0's arguments, x and weights
-  // CL_PRO_LOADS (PL): every global load of the prologue but the fold's is issued before its first barrier, beside
-  // the arguments': step 0's rows, fused flag, order offset and outputs, and the weights' addresses of the L2
-  // prefetch (thread 0), so the first ranks are loaded one round trip behind the header instead of behind the
-  // barrier, and thread 0 (which the others wait for at the barrier) no longer walks its prefetches' address loads
-  // one by one there. The same loads and stores; only when they are issued moves.
   {
     const PStep& st = p.steps[0];
-    constexpr bool PL = CL_PRO_LOADS;
-    constexpr int NPF = CL_LOOKAHEAD > 1 ? CL_LOOKAHEAD - 1 : 1;
-    int rows0 = 0, fused0 = 0, nout0 = 0, pno[NPF] = {};
-    long long off0 = 0;
-    const float* pfn[NPF] = {};
-    if (PL) {
-      rows0 = st.rows, fused0 = st.fused, off0 = p.order_off[0];
-      if (t == 0) {
-        nout0 = st.nout;
-#pragma unroll
-        for (int k = 1; k <= NPF; k++) {
-          const bool on = k < CL_LOOKAHEAD && k < p.nsteps;
-          pfn[k - 1] = on ? p.steps[k].mh[r].fn : nullptr;
-          pno[k - 1] = on ? p.steps[k].nout : 0;
-        }
-      }
-    }
     copy_args_range(&args_s[0], st.mh[r], 0, NT);
     if (t < 10) hdr_s[0][t] = (&st.kind)[t];
-    if (t == 10) ordoff_s[0] = PL ? off0 : p.order_off[0];
+    if (t == 10) ordoff_s[0] = p.order_off[0];
     if (work && t == NT - 1)
       for (int k = 1; k < CL_PART_AHEAD; k++) prefetch_partials(part_fetch(p, k, r, p.nsteps), p.groups, g, b);
-    int row0, nrows;
-    if (PL) {
-      rows_of(rows0, p.groups, g, row0, nrows);
-      if (work && fused0) load_order<Q>(p.order + off0, Q * LANES, row0, nrows, L0, ord_s, t, NT);
-    }
     __syncthreads();
     CL_PRO_STAMP(2, &args_s[0]);
-    if (!PL) rows_of(st.rows, p.groups, g, row0, nrows);
+    int row0, nrows;
+    rows_of(st.rows, p.groups, g, row0, nrows);
     if (work) {
 #ifndef CL_W_LDG
-      if (fetcher && EARLY > 0) fetch_weights<Q, NSL>(p, 0, PL ? nout0 : st.nout, r, L0, wsm, 0, 0, EARLY, &wbar[0][0]);
-      if (fetcher && EARLY < BPS)
-        fetch_weights<Q, NSL>(p, 0, PL ? nout0 : st.nout, r, L0, wsm, 0, EARLY, BPS, &wbar[EARLY < BPS][0]);
+      if (fetcher && EARLY > 0) fetch_weights<Q, NSL>(p, 0, st.nout, r, L0, wsm, 0, 0, EARLY, &wbar[0][0]);
+      if (fetcher && EARLY < BPS) fetch_weights<Q, NSL>(p, 0, st.nout, r, L0, wsm, 0, EARLY, BPS, &wbar[EARLY < BPS][0]);
       if (EARLY > 0 && fetcher && p.nsteps > 1) nout_next = p.steps[1].nout;
       wpending = true;
 #endif
-      if (t == 0) {
-        if (PL) {
-#pragma unroll
-          for (int k = 0; k < NPF; k++)
-            if (pfn[k]) prefetch_fn<Q>(pfn[k], pno[k], b);
-        } else {
-          for (int k = 1; k < CL_LOOKAHEAD && k < p.nsteps; k++) prefetch_l2<Q>(p.steps[k], r, b);
-        }
-      }
-      if (!PL) {
-        if (st.fused) load_order<Q>(p.order + p.order_off[0], args_s[0].D, row0, nrows, L0, ord_s, t, NT);
-        __syncthreads();
-      }
+      if (t == 0)
+        for (int k = 1; k < CL_LOOKAHEAD && k < p.nsteps; k++) prefetch_l2<Q>(p.steps[k], r, b);
+      if (st.fused) load_order<Q>(p.order + p.order_off[0], args_s[0].D, row0, nrows, L0, ord_s, t, NT);
+      __syncthreads();
       CL_PRO_STAMP(3, &ord_s[0]);
-      fold_x<Q, R>(args_s[0], PL ? fused0 : st.fused, ord_s, row0, nrows, L0, xs, t, NT);
+      fold_x<Q, R>(args_s[0], st.fused, ord_s, row0, nrows, L0, xs, t, NT);
     }
     __syncthreads();
     CL_PRO_STAMP(4, &xs[0][0][0]);

@@ -1,0 +1,4 @@
+# call C (right after B, same machine): TP4 M=1/2, two rounds of four builds alternating: the default, a lone Sinkhorn
+# warp's scheduler at four ranks (CL_ISOLATE_SK=1), that with the helpers' y and publish from registers
+# (CL_Y_REGS=1 CL_PUB_REGS=1), and those two alone. Bench logs appended to one file.
+export PYTHONPATH=/tmp/site; S=$OUT/eC; mkdir -p $S; t0=$SECONDS; for k in 1 2; do for v in def iso isoyp yp; do case $v in def) d="";; iso) d="CL_ISOLATE_SK=1";; isoyp) d="CL_ISOLATE_SK=1 CL_Y_REGS=1 CL_PUB_REGS=1";; yp) d="CL_Y_REGS=1 CL_PUB_REGS=1";; esac; echo "=== $v $k" >> $S/bench.log; DECODER_SHELL_CUDA_DEFINES="$d" timeout 60 python3 tools/bench_replay.py --rows 1 2 --epochs 30 --only-main --no-torch --persistent-cluster >> $S/bench.log 2>&1; echo "$v $k rc=$? $((SECONDS-t0))s"; [ $((SECONDS-t0)) -gt 150 ] && break 2; done; done; grep "^=== \|| shell persistent-cluster\|mismatching elements (shell persistent" $S/bench.log | cut -c1-100
