@@ -108,10 +108,10 @@ def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
     "CL_LL_WORDS32=8", "CL_DOT_LANES=2", "CL_DOT_LANES=9", "CL_LL_NOWAIT", "SINKHORN_DIV_SHORT=0",
     "SINKHORN_UNROLL=8", "CL_LANES_UNROLL2=4", "ABL_W4", "ABL_SV4", "ABL_W4 ABL_SV4", "CL_W_LDG", "CL_LL_PACK3=1",
     "CL_LL_THIRD", "CL_FOLD_NONE", "CL_NO_AROUT", "CL_NO_PF_B", "CL_C_TWICE", "CL_A_TWICE", "CL_ROLES_CARRIED=0",
-    "CL_SV_PAIRS=1", "CL_ENTRY_STAMP=1"]] + [
+    "CL_SV_PAIRS=1", "CL_ENTRY_STAMP=1", "CL_SV_LANE2=1"]] + [
     (d, r) for d in ["CL_WBUF2=0", "CL_WBUF2=1 CL_WBUF2_RPC=1", "CL_WBUF2=0 CL_WSPARE=0"] for r in (1, 2)] + [(d, 8) for d in [
     "CL_DOT_LANES=9", "CL_DOT_LANES=9 CL_DOT_TILE=0", "CL_LANES_UNROLL=2", "CL_WBUF2=0", "ABL_W4 ABL_SV4", "CL_W_LDG",
-    "CL_LL_PACK3=1", "CL_SV_PAIRS=9", "CL_Y_REGS=1", "CL_Y_REGS=1 CL_PUB_REGS=1", "CL_WSPARE=8", "CL_WSPARE=8 CL_WSPARE_AT=1", "CL_WSPARE=8 CL_NO_FETCH"]] + [
+    "CL_LL_PACK3=1", "CL_SV_PAIRS=9 CL_SV_LANE2=9", "CL_SV_LANE2=9", "CL_Y_REGS=1", "CL_Y_REGS=1 CL_PUB_REGS=1", "CL_WSPARE=8", "CL_WSPARE=8 CL_WSPARE_AT=1", "CL_WSPARE=8 CL_NO_FETCH"]] + [
     (d, 4) for d in ["CL_WSPARE=0", "CL_WSPARE_AT=1", "CL_NO_FETCH", "CL_W_LDG"]])
 def test_every_tuning_and_timing_define_builds(defines, rpc, tmp_path, monkeypatch):
     """The defines tools/gpu_cluster.sh VARIANTS take: a tuning run on the GPU must not find a build error

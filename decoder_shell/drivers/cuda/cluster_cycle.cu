@@ -1111,13 +1111,101 @@ __device__ __forceinline__ void stream_values_of(const MhcArgs& A, int row0, int
     }
   }
 }
-template <int Q, bool PAIRS>
+// The same values two lanes a thread (CL_SV_LANE2, builds of at least that many rows): a thread makes lanes l and
+// l + 1 of one row and lane step, so each of its loads and stores is one of twice the width (x, the residual and sv
+// 8 bytes, the streams' bf16 pairs 4 bytes: f2bf2 packs the two lanes of a stream, low half lane l) and post/comb
+// are loaded once for both; the same additions and roundings a value. ~18% fewer instructions an element where C is
+// issue-bound (four and eight rows: 2-4 elements a thread); at one and two rows half the threads would idle while
+// the others' chains grow, so those builds keep one lane a thread (thirty-second session, H100: TP4 M=4/8
+// 0.611 / 0.877 against 0.621 / 0.895 ms, M=1/2 0.444 / 0.481 against 0.429 / 0.476).
+#ifndef CL_SV_LANE2
+#define CL_SV_LANE2 4  // the fewest rows of a build whose stream values are made two lanes a thread; 9: none
+#endif
+template <int Q, int CASE>
+__device__ __forceinline__ void stream_values_lane2(const MhcArgs& A, int row0, int nrows, int L0,
+                                                    const float (*xs)[Q][CL_LANES], float (*sv)[HC * Q][CL_LANES],
+                                                    const float (*pc)[HC + HC * HC], int it, int nt) {
+  bf16_t* const streams = A.streams;
+  constexpr int D = Q * LANES;  // (A.D: the build's hidden size)
+  const int n2 = nrows * Q * CL_LANES / 2;
+  const bf16_t* const residual = A.residual;
+  const float* const post_in = A.post_in;
+  const float* const comb_in = A.comb_in;
+  for (int i = it; i < n2; i += nt) {
+    const Slot sl = slot_of<Q>(2 * i, L0);  // sl.l even: lanes sl.l and sl.l + 1
+    const float2 x = *reinterpret_cast<const float2*>(&xs[sl.mi][sl.q][sl.l]);
+    float v0[HC], v1[HC];
+    if (CASE == SV_PRE) {
+#pragma unroll
+      for (int k = 0; k < HC; k++) v0[k] = x.x, v1[k] = x.y;
+    } else {
+      float r0[HC], r1[HC], pin[HC], cb[HC * HC];
+      if (CASE == SV_CARRIED) {
+#pragma unroll
+        for (int j = 0; j < HC; j++) {
+          const float2 r = *reinterpret_cast<const float2*>(&sv[sl.mi][j * Q + sl.q][sl.l]);
+          r0[j] = r.x, r1[j] = r.y;
+        }
+#pragma unroll
+        for (int k = 0; k < HC; k++) pin[k] = pc[sl.mi][k];
+#pragma unroll
+        for (int e = 0; e < HC * HC; e++) cb[e] = pc[sl.mi][HC + e];
+      } else {
+        const int m = row0 + sl.mi;
+        const bf16_t* rp = residual + (size_t)m * HC * D + sl.col;
+#pragma unroll
+        for (int j = 0; j < HC; j++) {
+          const unsigned wd = *reinterpret_cast<const unsigned*>(rp + (size_t)j * D);
+          r0[j] = __uint_as_float(wd << 16), r1[j] = __uint_as_float(wd & 0xffff0000u);
+        }
+#pragma unroll
+        for (int k = 0; k < HC; k++) pin[k] = post_in[m * HC + k];
+#pragma unroll
+        for (int e = 0; e < HC * HC; e++) cb[e] = comb_in[m * HC * HC + e];
+      }
+#pragma unroll
+      for (int k = 0; k < HC; k++) {
+        float m0 = MUL(cb[0 * HC + k], r0[0]), m1 = MUL(cb[0 * HC + k], r1[0]);
+        m0 = ADD(m0, MUL(cb[1 * HC + k], r0[1])), m1 = ADD(m1, MUL(cb[1 * HC + k], r1[1]));
+        m0 = ADD(m0, MUL(cb[2 * HC + k], r0[2])), m1 = ADD(m1, MUL(cb[2 * HC + k], r1[2]));
+        m0 = ADD(m0, MUL(cb[3 * HC + k], r0[3])), m1 = ADD(m1, MUL(cb[3 * HC + k], r1[3]));
+        v0[k] = ADD(MUL(pin[k], x.x), m0), v1[k] = ADD(MUL(pin[k], x.y), m1);
+      }
+    }
+    bf16_t* const out = streams + (size_t)(row0 + sl.mi) * HC * D + sl.col;  // streams[m][k][d] at out + k*D
+    unsigned pk[HC];
+#pragma unroll
+    for (int k = 0; k < HC; k++) pk[k] = f2bf2_nonan(v0[k], v1[k]);
+    bool nan = false;
+#pragma unroll
+    for (int k = 0; k < HC; k++) nan = nan || v0[k] != v0[k] || v1[k] != v1[k];
+    if (__builtin_expect(nan, 0)) {
+#pragma unroll
+      for (int k = 0; k < HC; k++) pk[k] = f2bf2(v0[k], v1[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < HC; k++) {
+#ifndef CL_C_NOSTORE  // timing ablation: the stream values not written to global memory (inexact)
+      *reinterpret_cast<unsigned*>(out + (size_t)k * D) = pk[k];
+#endif
+      *reinterpret_cast<float2*>(&sv[sl.mi][k * Q + sl.q][sl.l]) =
+          make_float2(__uint_as_float(pk[k] << 16), __uint_as_float(pk[k] & 0xffff0000u));
+    }
+  }
+}
+template <int Q, bool PAIRS, bool LANE2 = false>
 __device__ __forceinline__ void stream_values(const MhcArgs& A, int op, bool carried, int row0, int nrows, int L0,
                                               const float (*xs)[Q][CL_LANES], float (*sv)[HC * Q][CL_LANES],
                                               const float (*pc)[HC + HC * HC], int it, int nt) {
-  if (op == OP_PRE) stream_values_of<Q, SV_PRE, PAIRS>(A, row0, nrows, L0, xs, sv, pc, it, nt);
-  else if (carried) stream_values_of<Q, SV_CARRIED, PAIRS>(A, row0, nrows, L0, xs, sv, pc, it, nt);
-  else stream_values_of<Q, SV_GLOBAL, PAIRS>(A, row0, nrows, L0, xs, sv, pc, it, nt);
+  if constexpr (LANE2) {
+    if (op == OP_PRE) stream_values_lane2<Q, SV_PRE>(A, row0, nrows, L0, xs, sv, pc, it, nt);
+    else if (carried) stream_values_lane2<Q, SV_CARRIED>(A, row0, nrows, L0, xs, sv, pc, it, nt);
+    else stream_values_lane2<Q, SV_GLOBAL>(A, row0, nrows, L0, xs, sv, pc, it, nt);
+  } else {
+    if (op == OP_PRE) stream_values_of<Q, SV_PRE, PAIRS>(A, row0, nrows, L0, xs, sv, pc, it, nt);
+    else if (carried) stream_values_of<Q, SV_CARRIED, PAIRS>(A, row0, nrows, L0, xs, sv, pc, it, nt);
+    else stream_values_of<Q, SV_GLOBAL, PAIRS>(A, row0, nrows, L0, xs, sv, pc, it, nt);
+  }
 }
 
 // Traced launches: a warp's arrival at a block barrier, kept as the latest (atomicMax) or earliest (atomicMin) of
@@ -1508,7 +1596,7 @@ __device__ void cluster_cycle(const CArgs& p) {
 #pragma unroll 1
     for (int rep = 0; rep < 2; rep++)
 #endif
-    if (work) stream_values<Q, (RPC >= CL_SV_PAIRS)>(A, op, carried, row0, nrows, L0, xs, sv, pc, t, NT);
+    if (work) stream_values<Q, (RPC >= CL_SV_PAIRS), (RPC >= CL_SV_LANE2)>(A, op, carried, row0, nrows, L0, xs, sv, pc, t, NT);
 #endif
     arrival(&arr_s[0], dh, true, w);
     arrival(&arr_s[3], dh, false, w);
