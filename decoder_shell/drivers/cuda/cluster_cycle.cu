@@ -1193,19 +1193,20 @@ __device__ __forceinline__ void stream_values_lane2(const MhcArgs& A, int row0, 
     }
   }
 }
-template <int Q, bool PAIRS, bool LANE2 = false>
+template <int Q, int CASE, bool PAIRS, bool LANE2>
+__device__ __forceinline__ void stream_values_case(const MhcArgs& A, int row0, int nrows, int L0,
+                                                   const float (*xs)[Q][CL_LANES], float (*sv)[HC * Q][CL_LANES],
+                                                   const float (*pc)[HC + HC * HC], int it, int nt) {
+  if constexpr (LANE2) stream_values_lane2<Q, CASE>(A, row0, nrows, L0, xs, sv, pc, it, nt);
+  else stream_values_of<Q, CASE, PAIRS>(A, row0, nrows, L0, xs, sv, pc, it, nt);
+}
+template <int Q, bool PAIRS, bool LANE2>
 __device__ __forceinline__ void stream_values(const MhcArgs& A, int op, bool carried, int row0, int nrows, int L0,
                                               const float (*xs)[Q][CL_LANES], float (*sv)[HC * Q][CL_LANES],
                                               const float (*pc)[HC + HC * HC], int it, int nt) {
-  if constexpr (LANE2) {
-    if (op == OP_PRE) stream_values_lane2<Q, SV_PRE>(A, row0, nrows, L0, xs, sv, pc, it, nt);
-    else if (carried) stream_values_lane2<Q, SV_CARRIED>(A, row0, nrows, L0, xs, sv, pc, it, nt);
-    else stream_values_lane2<Q, SV_GLOBAL>(A, row0, nrows, L0, xs, sv, pc, it, nt);
-  } else {
-    if (op == OP_PRE) stream_values_of<Q, SV_PRE, PAIRS>(A, row0, nrows, L0, xs, sv, pc, it, nt);
-    else if (carried) stream_values_of<Q, SV_CARRIED, PAIRS>(A, row0, nrows, L0, xs, sv, pc, it, nt);
-    else stream_values_of<Q, SV_GLOBAL, PAIRS>(A, row0, nrows, L0, xs, sv, pc, it, nt);
-  }
+  if (op == OP_PRE) stream_values_case<Q, SV_PRE, PAIRS, LANE2>(A, row0, nrows, L0, xs, sv, pc, it, nt);
+  else if (carried) stream_values_case<Q, SV_CARRIED, PAIRS, LANE2>(A, row0, nrows, L0, xs, sv, pc, it, nt);
+  else stream_values_case<Q, SV_GLOBAL, PAIRS, LANE2>(A, row0, nrows, L0, xs, sv, pc, it, nt);
 }
 
 // Traced launches: a warp's arrival at a block barrier, kept as the latest (atomicMax) or earliest (atomicMin) of
