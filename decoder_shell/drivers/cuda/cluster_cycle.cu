@@ -46,7 +46,8 @@
                       // 6 end; helper thread 0: 7 join passed, 8 its y stored, 9 its fold done,
                       // 10 every helper past the join; 15 thread 0's weight copy issued; CL_WARP_STAMPS builds: 11-13
                       // the last warp to reach the block barriers after C, after A and at the step's end (time rounded
-                      // to 32 ns, low 5 bits: the warp), 14 the first warp after C
+                      // to 32 ns, low 5 bits: the warp), 14 the first warp after C; CL_WAIT_STAMP builds: 11 thread
+                      // 0's stream values done, 12 thread 0 past the wait for the step's weights
 #define CL_CHAINS 25                // dot-product chains of a row: the sum of squares (0) and 24 outputs (1 + o)
 
 struct CArgs {
@@ -1121,6 +1122,15 @@ __device__ __forceinline__ void stream_values_of(const MhcArgs& A, int row0, int
 #ifndef CL_SV_LANE2
 #define CL_SV_LANE2 4  // the fewest rows of a build whose stream values are made two lanes a thread; 9: none
 #endif
+// The thread that requests the block's weight copies (fetch_weights): thread 0 by default. Its request (~50
+// instructions and the copy's proxy fence) is the first thing of each step, so its warp starts its stream values
+// ~0.2 us late; where the stream values are made two lanes a thread at one and two rows, the block's last
+// warps have none, and CL_FETCH_LAST=1 gives the request to the block's last thread (thirty-third session, H100, with
+// CL_SV_LANE2=1: exact, C 0.67 against 0.77 us at TP4 M=2, the dot products and the exchange as much longer, TP4 M=2
+// 0.479-0.480 against 0.476 ms: off).
+#ifndef CL_FETCH_LAST
+#define CL_FETCH_LAST 0
+#endif
 template <int Q, int CASE>
 __device__ __forceinline__ void stream_values_lane2(const MhcArgs& A, int row0, int nrows, int L0,
                                                     const float (*xs)[Q][CL_LANES], float (*sv)[HC * Q][CL_LANES],
@@ -1233,6 +1243,14 @@ __device__ __forceinline__ void arrival_take(u64* st, int k, u64* word, u64 rese
                        // in stamp 14 (where a late cluster runs: its GPC, its TPC's partner)
 #endif
 static_assert(!(CL_SM_STAMP && CL_WARP_STAMPS), "stamp 14 holds either the SM or a warp's arrival");
+#ifndef CL_PUSH_ROT
+#define CL_PUSH_ROT 0  // diagnosis builds (N): warp w pushes the block's partials to block (w + N) % 16 (0: block w;
+#endif                 // H100, TP4 M=2: the block warp 0 pushes to receives first, blocks 4 and 5 last whoever pushes)
+#ifndef CL_WAIT_STAMP
+#define CL_WAIT_STAMP 0  // diagnosis builds (1): traced launches record thread 0's own stream values done (stamp 11,
+                         // before the block barrier) and thread 0 past the wait for the step's weights (12)
+#endif
+static_assert(!(CL_WAIT_STAMP && CL_WARP_STAMPS), "stamps 11 and 12 hold either thread 0's waits or warps' arrivals");
 __device__ __forceinline__ unsigned smid() {
   unsigned v;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(v));
@@ -1471,8 +1489,9 @@ __device__ void cluster_cycle(const CArgs& p) {
   const int L0 = b * CL_LANES;
   const bool work = p.mode == 0;
   const bool stamper = cid == 0 && b == 0 && t == 0;
-  const bool fetcher = t == 0;  // the thread that requests the block's weights (the name kept: ptxas schedules the
-                                // kernel differently with `t == 0` written out, and this schedule is the measured one)
+  // the thread that requests the block's weights (CL_FETCH_LAST; the name kept: ptxas schedules the kernel
+  // differently with `t == 0` written out, and this schedule is the measured one)
+  const bool fetcher = t == (CL_FETCH_LAST ? NT - 1 : 0);
   const bool skipper = cid == (int)gridDim.x / CL_SIZE - 1;
   const u64 target = p.tag * (u64)gridDim.x;
   unsigned wphase = 0;  // bit 2g + k: the parity of wbar[g][k]'s next wait
@@ -1599,6 +1618,7 @@ __device__ void cluster_cycle(const CArgs& p) {
 #endif
     if (work) stream_values<Q, (RPC >= CL_SV_PAIRS), (RPC >= CL_SV_LANE2)>(A, op, carried, row0, nrows, L0, xs, sv, pc, t, NT);
 #endif
+    if (CL_WAIT_STAMP) dstamp(ds, 11);
     arrival(&arr_s[0], dh, true, w);
     arrival(&arr_s[3], dh, false, w);
     __syncthreads();
@@ -1623,6 +1643,7 @@ __device__ void cluster_cycle(const CArgs& p) {
         if (EARLY < BPS) mbar_wait(&wbar[EARLY < BPS][k], (wphase >> (2 + k)) & 1);
         wphase ^= (EARLY > 0 ? 1u << k : 0u) | (EARLY < BPS ? 4u << k : 0u);
       }
+      if (CL_WAIT_STAMP) dstamp(ds, 12);
     }
     const int sl0 = CL_FETCHES ? CL_FIRST_SLOT(s) : 0;  // this step's weights: box k in slot (sl0 + k) % NSL
     const WStep<SPLIT> wcur{wsm + (size_t)sl0 * BOX * CL_LANES, wsm + (size_t)((sl0 + 1) % NSL) * BOX * CL_LANES};
@@ -1770,6 +1791,10 @@ __device__ void cluster_cycle(const CArgs& p) {
     // X: the block's partials pushed into every block of the cluster (warp w to blocks w, w + NW, ..., a
     // 16-byte piece a lane)
     for (int d = w; d < CL_SIZE; d += NW) {
+#if CL_PUSH_ROT
+      static_assert(NW == CL_SIZE, "CL_PUSH_ROT: one destination a warp (16 warps)");
+      d = (d + CL_PUSH_ROT) % CL_SIZE;  // (a diagnosis: which warp pushes to which block; one destination a warp)
+#endif
       const unsigned rb = dsmem_addr(&xbar[buf], d), ra = dsmem_addr(&recv[buf][b][0], d);
       for (int j = lane; j < npieces; j += 32)
         push_dsmem(ra + 16 * j, BY_LANES ? dot_piece<PS>(halves, j) : *reinterpret_cast<const float4*>(&part[4 * j]), rb);
