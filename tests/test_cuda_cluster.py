@@ -108,10 +108,10 @@ def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
     "CL_LL_WORDS32=8", "CL_DOT_LANES=2", "CL_DOT_LANES=9", "CL_LL_NOWAIT", "SINKHORN_DIV_SHORT=0",
     "SINKHORN_UNROLL=8", "CL_LANES_UNROLL2=4", "ABL_W4", "ABL_SV4", "ABL_W4 ABL_SV4", "CL_W_LDG", "CL_LL_PACK3=1",
     "CL_LL_THIRD", "CL_FOLD_NONE", "CL_NO_AROUT", "CL_NO_PF_B", "CL_C_TWICE", "CL_A_TWICE", "CL_ROLES_CARRIED=0",
-    "CL_SV_PAIRS=1", "CL_ENTRY_STAMP=1", "CL_SV_LANE2=1"]] + [
+    "CL_SV_PAIRS=1", "CL_ENTRY_STAMP=1", "CL_SV_LANE2=1", "CL_FETCH_LAST=1 CL_SV_LANE2=1", "CL_WAIT_STAMP=1 CL_SM_STAMP=1", "CL_PUSH_ROT=8"]] + [
     (d, r) for d in ["CL_WBUF2=0", "CL_WBUF2=1 CL_WBUF2_RPC=1", "CL_WBUF2=0 CL_WSPARE=0"] for r in (1, 2)] + [(d, 8) for d in [
     "CL_DOT_LANES=9", "CL_DOT_LANES=9 CL_DOT_TILE=0", "CL_LANES_UNROLL=2", "CL_WBUF2=0", "ABL_W4 ABL_SV4", "CL_W_LDG",
-    "CL_LL_PACK3=1", "CL_SV_PAIRS=9 CL_SV_LANE2=9", "CL_SV_LANE2=9", "CL_Y_REGS=1", "CL_Y_REGS=1 CL_PUB_REGS=1", "CL_WSPARE=8", "CL_WSPARE=8 CL_WSPARE_AT=1", "CL_WSPARE=8 CL_NO_FETCH"]] + [
+    "CL_LL_PACK3=1", "CL_SV_PAIRS=9 CL_SV_LANE2=9", "CL_SV_LANE2=9", "CL_Y_REGS=1", "CL_Y_REGS=1 CL_PUB_REGS=1", "CL_WSPARE=8", "CL_WSPARE=8 CL_WSPARE_AT=1", "CL_WSPARE=8 CL_NO_FETCH", "CL_FETCH_LAST=1"]] + [
     (d, 4) for d in ["CL_WSPARE=0", "CL_WSPARE_AT=1", "CL_NO_FETCH", "CL_W_LDG"]])
 def test_every_tuning_and_timing_define_builds(defines, rpc, tmp_path, monkeypatch):
     """The defines tools/gpu_cluster.sh VARIANTS take: a tuning run on the GPU must not find a build error
@@ -124,16 +124,20 @@ def test_every_tuning_and_timing_define_builds(defines, rpc, tmp_path, monkeypat
     assert entry.encode() in compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
 
 
-def test_the_sm_and_warp_stamps_are_refused_together(tmp_path, monkeypatch):
-    """Stamp 14 holds either each block's SM (CL_SM_STAMP) or a warp's arrival (CL_WARP_STAMPS): a build asking for
-    both stops at compile time instead of tracing one over the other."""
+@pytest.mark.parametrize("defines,why", [("CL_SM_STAMP=1 CL_WARP_STAMPS=1", "stamp 14 holds either"),
+                                         ("CL_WAIT_STAMP=1 CL_WARP_STAMPS=1", "stamps 11 and 12 hold either"),
+                                         ("CL_PUSH_ROT=4", "one destination a warp")])
+def test_stamps_that_share_a_slot_are_refused_together(defines, why, tmp_path, monkeypatch):
+    """Stamp 14 holds either each block's SM (CL_SM_STAMP) or a warp's arrival (CL_WARP_STAMPS), stamps 11 and 12
+    either thread 0's waits (CL_WAIT_STAMP) or warps' arrivals: a build asking for both stops at compile time instead
+    of tracing one over the other. The pushes' rotation (CL_PUSH_ROT) is a 16-warp diagnosis, refused at 8 warps."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
     from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
     from decoder_shell.errors import BuildError
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
-    monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", "CL_SM_STAMP=1 CL_WARP_STAMPS=1")
-    src, _ = source(4, 2)
-    with pytest.raises(BuildError, match="stamp 14 holds either"):
+    monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
+    src, _ = source(4, 2, 256) if "PUSH_ROT" in defines else source(4, 2)
+    with pytest.raises(BuildError, match=why):
         compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
 
 

@@ -121,6 +121,66 @@ STAMPS = (("start", 0), ("stream values", 1), ("dots done", 2), ("partials in", 
           ("y stored", 8), ("rank barrier", 7), ("published", 10), ("fold done", 9), ("end", 6))
 
 
+def blocks_report(e: np.ndarray) -> dict:
+    """Every block's stamps of a traced launch's steps ([steps][blocks][16], globaltimer ns): how far apart the blocks
+    are at each point of a step, which rank publishes last, each cluster's way through a step, the exchange's receipt
+    by block, and what the diagnosis builds add (CL_WARP_STAMPS, CL_WAIT_STAMP, CL_SM_STAMP)."""
+    # every block's stamps: how far apart the 16 x ranks blocks are at each point of a step (max - min over
+    # blocks, median over steps), which rank publishes last, and the fold's latency once the last rank
+    # published the same columns (block b's fold done - the latest publish stamp of block b over the ranks:
+    # the join's own cost, without the wait for a late rank)
+    nc = e.shape[1] // CL_SIZE
+
+    def by_clusters(a):  # [steps][blocks] -> [steps][clusters][CL_SIZE]
+        return a.reshape(len(e), nc, CL_SIZE)
+
+    spread = {name: float(np.median(e[:, :, k].max(1) - e[:, :, k].min(1))) / 1e3
+              for name, k in STAMPS if k != 1}
+    pub = by_clusters(e[:, :, 10])
+    last = np.bincount(pub.max(2).argmax(1), minlength=nc)
+    handoff = by_clusters(e[:, :, 9]) - pub.max(1)[:, None, :]
+    # the block whose fold ends a step last: its index in its cluster and its cluster (a straggler of one layout or
+    # one cluster shows as a peak; a cluster is a rank where the rank has one row group)
+    late = e[:, :, 9].astype(np.int64).argmax(1)
+    # each cluster's way through a step: at each stamp, the cluster's latest block after the step's earliest start
+    # (median over steps): where a cluster that is late falls behind, or whether it starts behind
+    t0 = e[:, :, 0].min(1)[:, None]
+    by_cluster = {name: [float(v) / 1e3 for v in np.median(by_clusters(e[:, :, k] - t0).max(2), 0)]
+                  for name, k in STAMPS}
+    # the exchange by receiving block: its partials in after the latest dots done of its cluster (median over steps
+    # and clusters), by the block's index in its cluster; warp w of every block pushes to block w
+    recv = np.median(by_clusters(e[:, :, 3]) - by_clusters(e[:, :, 2]).max(2)[:, :, None], (0, 1)) / 1e3
+    latest_dots = np.bincount(by_clusters(e[:, :, 2]).argmax(2).ravel(), minlength=CL_SIZE)
+    skew = {"spread_us": spread, "by_cluster_us": by_cluster, "last_publisher_counts": last.tolist(),
+            "last_fold_by_block": np.bincount(late % CL_SIZE, minlength=CL_SIZE).tolist(),
+            "last_fold_by_cluster": np.bincount(late // CL_SIZE, minlength=nc).tolist(),
+            "partials_in_after_last_dots_by_block_us": [float(v) for v in recv],
+            "last_dots_by_block": latest_dots.tolist(),
+            "fold_after_last_publish_us": {"median": float(np.median(handoff)) / 1e3,
+                                           "p90": float(np.percentile(handoff, 90)) / 1e3,
+                                           "max of a step (median)": float(np.median(handoff.max((1, 2)))) / 1e3}}
+    # which warp reaches each block barrier last (and the first after C), every block: its time after the step's
+    # start (stamps 11-14 carry the time to 32 ns and the warp in the low five bits), and how often each warp is
+    # the last; thread 0's weight copy issued (15)
+    st0 = e[:, :, 0].astype(np.int64)
+    warps = {}
+    for name, k in (("first warp after C", 14), ("last warp after C", 11), ("last warp after A", 12),
+                    ("last warp at the end", 13)) if e[:, :, 13].any() else ():  # (CL_WARP_STAMPS=1 builds)
+        v = e[:, :, k].astype(np.int64)
+        warps[name] = {"us_after_start": float(np.median((v & ~31) - st0)) / 1e3,
+                       "warp_counts": np.bincount((v & 31).ravel(), minlength=32)[:16].tolist()}
+    if e[:, :, 11].any() and not e[:, :, 13].any():  # (CL_WAIT_STAMP=1 builds: thread 0's own waits)
+        for name, k in (("thread 0's stream values done", 11), ("thread 0 past the weights' wait", 12)):
+            warps[name] = {"us_after_start": float(np.median(e[:, :, k].astype(np.int64) - st0)) / 1e3}
+    if e[:, :, 15].all():  # (builds of two weight buffers: the copy requested at the step's start)
+        warps["weight copy issued"] = {"us_after_start": float(np.median(e[:, :, 15].astype(np.int64) - st0)) / 1e3}
+    warps["end stamp"] = {"us_after_start": float(np.median(e[:, :, 6].astype(np.int64) - st0)) / 1e3}
+    skew["warps"] = warps
+    if e[:, :, 14].any() and not e[:, :, 13].any():  # (CL_SM_STAMP=1 builds: each block's SM + 1; blocks stay put)
+        skew["sm_by_cluster"] = (e[0, :, 14] - 1).reshape(nc, CL_SIZE).tolist()
+    return skew
+
+
 def profile(drv, rows: int, tp: int, reps: int = 30, dump: Path | None = None) -> dict:
     g = preset("dsv4-flash", tp=tp, verify_rows=rows, draft_rows=0)
     cyc = build_cycle(g, RingContract())
@@ -152,51 +212,7 @@ def profile(drv, rows: int, tp: int, reps: int = 30, dump: Path | None = None) -
         for name, k0, k1 in (("(helpers: pre + y)", 4, 8), ("(helpers: join)", 8, 7), ("(helpers: publish / past join)", 7, 10),
                              ("(helpers: fold)", 10, 9)):
             per_phase[name] = float(np.median(d[body, k1] - d[body, k0])) / 1e3
-        # every block's stamps: how far apart the 16 x ranks blocks are at each point of a step (max - min over
-        # blocks, median over steps), which rank publishes last, and the fold's latency once the last rank
-        # published the same columns (block b's fold done - the latest publish stamp of block b over the ranks:
-        # the join's own cost, without the wait for a late rank)
-        e = every[body]
-        nc = e.shape[1] // CL_SIZE
-
-        def by_clusters(a):  # [steps][blocks] -> [steps][clusters][CL_SIZE]
-            return a.reshape(len(e), nc, CL_SIZE)
-
-        spread = {name: float(np.median(e[:, :, k].max(1) - e[:, :, k].min(1))) / 1e3
-                  for name, k in STAMPS if k != 1}
-        pub = by_clusters(e[:, :, 10])
-        last = np.bincount(pub.max(2).argmax(1), minlength=nc)
-        handoff = by_clusters(e[:, :, 9]) - pub.max(1)[:, None, :]
-        # the block whose fold ends a step last: its index in its cluster and its cluster (a straggler of one layout or
-        # one cluster shows as a peak; a cluster is a rank where the rank has one row group)
-        late = e[:, :, 9].astype(np.int64).argmax(1)
-        # each cluster's way through a step: at each stamp, the cluster's latest block after the step's earliest start
-        # (median over steps): where a cluster that is late falls behind, or whether it starts behind
-        t0 = e[:, :, 0].min(1)[:, None]
-        by_cluster = {name: [float(v) / 1e3 for v in np.median(by_clusters(e[:, :, k] - t0).max(2), 0)]
-                      for name, k in STAMPS}
-        skew = {"spread_us": spread, "by_cluster_us": by_cluster, "last_publisher_counts": last.tolist(),
-                "last_fold_by_block": np.bincount(late % CL_SIZE, minlength=CL_SIZE).tolist(),
-                "last_fold_by_cluster": np.bincount(late // CL_SIZE, minlength=nc).tolist(),
-                "fold_after_last_publish_us": {"median": float(np.median(handoff)) / 1e3,
-                                               "p90": float(np.percentile(handoff, 90)) / 1e3,
-                                               "max of a step (median)": float(np.median(handoff.max((1, 2)))) / 1e3}}
-        # which warp reaches each block barrier last (and the first after C), every block: its time after the step's
-        # start (stamps 11-14 carry the time to 32 ns and the warp in the low five bits), and how often each warp is
-        # the last; thread 0's weight copy issued (15)
-        st0 = e[:, :, 0].astype(np.int64)
-        warps = {}
-        for name, k in (("first warp after C", 14), ("last warp after C", 11), ("last warp after A", 12),
-                        ("last warp at the end", 13)) if e[:, :, 11].any() else ():  # (CL_WARP_STAMPS=1 builds)
-            v = e[:, :, k].astype(np.int64)
-            warps[name] = {"us_after_start": float(np.median((v & ~31) - st0)) / 1e3,
-                           "warp_counts": np.bincount((v & 31).ravel(), minlength=32)[:16].tolist()}
-        if e[:, :, 15].all():  # (builds of two weight buffers: the copy requested at the step's start)
-            warps["weight copy issued"] = {"us_after_start": float(np.median(e[:, :, 15].astype(np.int64) - st0)) / 1e3}
-        warps["end stamp"] = {"us_after_start": float(np.median(e[:, :, 6].astype(np.int64) - st0)) / 1e3}
-        skew["warps"] = warps
-        if e[:, :, 14].any() and not e[:, :, 11].any():  # (CL_SM_STAMP=1 builds: each block's SM + 1; blocks stay put)
-            skew["sm_by_cluster"] = (e[0, :, 14] - 1).reshape(nc, CL_SIZE).tolist()
+        skew = blocks_report(every[body])
         # the same launch doing only its synchronization (no Sinkhorn warps: thread 0 is helper thread 0): where its
         # ~4 us a step go (block barriers, the exchange, the rank's barrier, publishing, the fold's polls)
         z = s.step_detail(mode=1).astype(np.int64)[:-1]
@@ -284,6 +300,9 @@ def main():
               f"{sk['last_fold_by_cluster']}; fold done after the last rank published (us): {fa} |")
         bc = "; ".join(f"{k} " + " / ".join(f"{x:.2f}" for x in v) for k, v in sk["by_cluster_us"].items())
         print(f"| TP{p['tp']} M={p['M']} by cluster | us after the step's earliest start, each cluster's latest block: {bc} |")
+        rb = " ".join(f"{x:.2f}" for x in sk["partials_in_after_last_dots_by_block_us"])
+        print(f"| TP{p['tp']} M={p['M']} exchange by block | partials in after the cluster's last dots done (us, by the "
+              f"block's index): {rb}; last dots done by block {sk['last_dots_by_block']} |")
         if "sm_by_cluster" in sk:
             print(f"| TP{p['tp']} M={p['M']} SMs | each cluster's blocks: " + "; ".join(
                 " ".join(map(str, c)) for c in sk["sm_by_cluster"]) + " |")
