@@ -108,11 +108,11 @@ def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
     "CL_LL_WORDS32=8", "CL_DOT_LANES=2", "CL_DOT_LANES=9", "CL_LL_NOWAIT", "SINKHORN_DIV_SHORT=0",
     "SINKHORN_UNROLL=8", "CL_LANES_UNROLL2=4", "ABL_W4", "ABL_SV4", "ABL_W4 ABL_SV4", "CL_W_LDG", "CL_LL_PACK3=1",
     "CL_LL_THIRD", "CL_FOLD_NONE", "CL_NO_AROUT", "CL_NO_PF_B", "CL_C_TWICE", "CL_A_TWICE", "CL_ROLES_CARRIED=0",
-    "CL_SV_PAIRS=1", "CL_ENTRY_STAMP=1", "CL_SV_LANE2=1", "CL_FETCH_LAST=1 CL_SV_LANE2=1", "CL_WAIT_STAMP=1 CL_SM_STAMP=1", "CL_PUSH_ROT=8"]] + [
+    "CL_SV_PAIRS=1", "CL_ENTRY_STAMP=1", "CL_SV_LANE2=1", "CL_FETCH_LAST=1 CL_SV_LANE2=1", "CL_WAIT_STAMP=1 CL_SM_STAMP=1", "CL_PUSH_ROT=8", "CL_PUSH_W0=15"]] + [
     (d, r) for d in ["CL_WBUF2=0", "CL_WBUF2=1 CL_WBUF2_RPC=1", "CL_WBUF2=0 CL_WSPARE=0"] for r in (1, 2)] + [(d, 8) for d in [
     "CL_DOT_LANES=9", "CL_DOT_LANES=9 CL_DOT_TILE=0", "CL_LANES_UNROLL=2", "CL_WBUF2=0", "ABL_W4 ABL_SV4", "CL_W_LDG",
-    "CL_LL_PACK3=1", "CL_SV_PAIRS=9 CL_SV_LANE2=9", "CL_SV_LANE2=9", "CL_Y_REGS=1", "CL_Y_REGS=1 CL_PUB_REGS=1", "CL_WSPARE=8", "CL_WSPARE=8 CL_WSPARE_AT=1", "CL_WSPARE=8 CL_NO_FETCH", "CL_FETCH_LAST=1"]] + [
-    (d, 4) for d in ["CL_WSPARE=0", "CL_WSPARE_AT=1", "CL_NO_FETCH", "CL_W_LDG"]])
+    "CL_LL_PACK3=1", "CL_SV_PAIRS=9 CL_SV_LANE2=9", "CL_SV_LANE2=9", "CL_Y_REGS=1", "CL_Y_REGS=1 CL_PUB_REGS=1", "CL_WSPARE=8", "CL_WSPARE=8 CL_WSPARE_AT=1", "CL_WSPARE=8 CL_NO_FETCH", "CL_FETCH_LAST=1", "CL_PUSH_W0=15"]] + [
+    (d, 4) for d in ["CL_WSPARE=0", "CL_WSPARE_AT=1", "CL_NO_FETCH", "CL_W_LDG", "CL_PUSH_W0=0"]])
 def test_every_tuning_and_timing_define_builds(defines, rpc, tmp_path, monkeypatch):
     """The defines tools/gpu_cluster.sh VARIANTS take: a tuning run on the GPU must not find a build error
     (the dot products' defines at eight rows too, where their loops differ)."""
@@ -157,6 +157,24 @@ def test_a_lone_sinkhorn_warp_keeps_its_scheduler_where_measured_faster(ranks, r
         cubins.append(compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu"))
         assert entry.encode() in cubins[-1]
     assert (cubins[0] != cubins[1]) == differs
+
+
+@pytest.mark.parametrize("rpc", [2, 4])
+def test_warp_0_pushes_the_partials_in_the_four_row_build_only(rpc, tmp_path, monkeypatch):
+    """CL_PUSH_W0=4 (the default): the four-row build is the build of warp 0 pushing every piece (CL_PUSH_W0=15,
+    measured faster there and slower at one, two and eight rows), the others keep warp w pushing to block w
+    (CL_PUSH_W0=0) byte for byte."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    cubins = {}
+    for defines in ("", "CL_PUSH_W0=0", "CL_PUSH_W0=15"):
+        monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
+        src, entry = source(4, rpc)
+        cubins[defines] = compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
+        assert entry.encode() in cubins[defines]
+    assert cubins["CL_PUSH_W0=0"] != cubins["CL_PUSH_W0=15"]
+    assert cubins[""] == (cubins["CL_PUSH_W0=15"] if rpc == 4 else cubins["CL_PUSH_W0=0"])
 
 
 def _elem_of(i: np.ndarray, block: int, q: int) -> np.ndarray:

@@ -11,7 +11,8 @@ watchdog, and where the time goes. Prints a short table last; JSON with --json.
 4. where the time goes, dsv4-flash TP4 verify at each --profile-rows: the launch's time, per-step
    stamps of cluster 0 block 0 (phase by phase: stream values, dot products, the partials' exchange,
    the mixes, Sinkhorn, join), every block's stamps (how far apart the blocks are, which rank publishes last,
-   the fold's latency after the last publish), the same grid doing only its synchronization (phase by
+   the fold's latency after the last publish, each block's receipt of the exchange after its cluster's last dot
+   products and which block ends them last; `--dump` keeps the raw stamps), the same grid doing only its synchronization (phase by
    phase), and the HBM time of each step's weights at the copy bandwidth measured in the same run.
 
     python tools/cluster_check.py [--cases 12] [--seed 1] [--profile-rows 2 8] [--json out.json]

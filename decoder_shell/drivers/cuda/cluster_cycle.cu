@@ -1246,6 +1246,16 @@ static_assert(!(CL_SM_STAMP && CL_WARP_STAMPS), "stamp 14 holds either the SM or
 #ifndef CL_PUSH_ROT
 #define CL_PUSH_ROT 0  // diagnosis builds (N): warp w pushes the block's partials to block (w + N) % 16 (0: block w;
 #endif                 // H100, TP4 M=2: the block warp 0 pushes to receives first, blocks 4 and 5 last whoever pushes)
+// Which warps push the block's partials (X): in the builds whose row count is in the mask CL_PUSH_W0 (1, 2, 4, 8;
+// 15 every build, 0 none), warp 0, the first past the barrier after A, pushes every piece to all 16 blocks; in the
+// others warp w pushes to block w, and the other warps' pushes land ~0.1 us after warp 0's (the block warp 0 pushes
+// to receives first: CL_PUSH_ROT). Thirty-third session, H100, every build (15): the receipt even over the blocks
+// (0.58-0.64 against 0.51-0.70 us after the last dot products at TP4 M=2) but warp 0's Sinkhorn later, TP4 M=1/2/4/8
+// 0.449 / 0.486-0.487 / 0.599 / 0.887-0.888 against 0.429 / 0.475-0.476 / 0.610-0.611 / 0.877 ms: faster at four
+// rows only (0.599 against 0.610-0.611 in four rounds), so 4.
+#ifndef CL_PUSH_W0
+#define CL_PUSH_W0 4
+#endif
 #ifndef CL_WAIT_STAMP
 #define CL_WAIT_STAMP 0  // diagnosis builds (1): traced launches record thread 0's own stream values done (stamp 11,
                          // before the block barrier) and thread 0 past the wait for the step's weights (12)
@@ -1788,8 +1798,18 @@ __device__ void cluster_cycle(const CArgs& p) {
     u64* const ll64 = ll ? p.ll + (size_t)(s & 1) * R * p.ll_stride : nullptr;
     unsigned* const ll32 =
         ll ? reinterpret_cast<unsigned*>(p.ll + (size_t)2 * R * p.ll_stride) + (size_t)(s & 1) * R * p.ll_stride : nullptr;
-    // X: the block's partials pushed into every block of the cluster (warp w to blocks w, w + NW, ..., a
-    // 16-byte piece a lane)
+    // X: the block's partials pushed into every block of the cluster, a 16-byte piece a lane (warp 0 to all 16 in
+    // the builds of CL_PUSH_W0's row counts, else warp w to blocks w, w + NW, ...)
+    if constexpr ((CL_PUSH_W0 & RPC) != 0) {
+      // (CL_PUSH_W0) warp 0 pushes every piece to every block: lane j makes piece j once and stores it into the 16
+      if (w == 0)
+        for (int j = lane; j < npieces; j += 32) {
+          const float4 v = BY_LANES ? dot_piece<PS>(halves, j) : *reinterpret_cast<const float4*>(&part[4 * j]);
+#pragma unroll 4
+          for (int d = 0; d < CL_SIZE; d++)
+            push_dsmem(dsmem_addr(&recv[buf][b][0], d) + 16 * j, v, dsmem_addr(&xbar[buf], d));
+        }
+    } else
     for (int d = w; d < CL_SIZE; d += NW) {
 #if CL_PUSH_ROT
       static_assert(NW == CL_SIZE, "CL_PUSH_ROT: one destination a warp (16 warps)");
