@@ -12,8 +12,9 @@ watchdog, and where the time goes. Prints a short table last; JSON with --json.
    stamps of cluster 0 block 0 (phase by phase: stream values, dot products, the partials' exchange,
    the mixes, Sinkhorn, join), every block's stamps (how far apart the blocks are, which rank publishes last,
    the fold's latency after the last publish, each block's receipt of the exchange after its cluster's last dot
-   products and which block ends them last; `--dump` keeps the raw stamps), the same grid doing only its synchronization (phase by
-   phase), and the HBM time of each step's weights at the copy bandwidth measured in the same run.
+   products and which block ends them last; `--dump` keeps the raw stamps), the same grid doing only its
+   synchronization (phase by phase), and the HBM time of each step's weights at the copy bandwidth measured in the
+   same run.
 
     python tools/cluster_check.py [--cases 12] [--seed 1] [--profile-rows 2 8] [--json out.json]
 """
@@ -149,7 +150,8 @@ def blocks_report(e: np.ndarray) -> dict:
     by_cluster = {name: [float(v) / 1e3 for v in np.median(by_clusters(e[:, :, k] - t0).max(2), 0)]
                   for name, k in STAMPS}
     # the exchange by receiving block: its partials in after the latest dots done of its cluster (median over steps
-    # and clusters), by the block's index in its cluster; warp w of every block pushes to block w
+    # and clusters), by the block's index in its cluster (warp w of every block pushes to block w, or warp 0 to all in
+    # the builds of CL_PUSH_W0)
     recv = np.median(by_clusters(e[:, :, 3]) - by_clusters(e[:, :, 2]).max(2)[:, :, None], (0, 1)) / 1e3
     latest_dots = np.bincount(by_clusters(e[:, :, 2]).argmax(2).ravel(), minlength=CL_SIZE)
     skew = {"spread_us": spread, "by_cluster_us": by_cluster, "last_publisher_counts": last.tolist(),
