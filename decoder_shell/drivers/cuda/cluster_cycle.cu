@@ -1809,15 +1809,14 @@ __device__ void cluster_cycle(const CArgs& p) {
           for (int d = 0; d < CL_SIZE; d++)
             push_dsmem(dsmem_addr(&recv[buf][b][0], d) + 16 * j, v, dsmem_addr(&xbar[buf], d));
         }
-    } else
-    for (int d = w; d < CL_SIZE; d += NW) {
-#if CL_PUSH_ROT
-      static_assert(NW == CL_SIZE, "CL_PUSH_ROT: one destination a warp (16 warps)");
-      d = (d + CL_PUSH_ROT) % CL_SIZE;  // (a diagnosis: which warp pushes to which block; one destination a warp)
-#endif
-      const unsigned rb = dsmem_addr(&xbar[buf], d), ra = dsmem_addr(&recv[buf][b][0], d);
-      for (int j = lane; j < npieces; j += 32)
-        push_dsmem(ra + 16 * j, BY_LANES ? dot_piece<PS>(halves, j) : *reinterpret_cast<const float4*>(&part[4 * j]), rb);
+    } else {
+      static_assert(CL_PUSH_ROT == 0 || NW == CL_SIZE, "CL_PUSH_ROT: one destination a warp (16 warps)");
+      for (int d = w; d < CL_SIZE; d += NW) {
+        const int to = CL_PUSH_ROT ? (d + CL_PUSH_ROT) % CL_SIZE : d;  // (CL_PUSH_ROT: a diagnosis)
+        const unsigned rb = dsmem_addr(&xbar[buf], to), ra = dsmem_addr(&recv[buf][b][0], to);
+        for (int j = lane; j < npieces; j += 32)
+          push_dsmem(ra + 16 * j, BY_LANES ? dot_piece<PS>(halves, j) : *reinterpret_cast<const float4*>(&part[4 * j]), rb);
+      }
     }
     // every warp of this block is past its dot products: the next step's weights may land in wsm (the copy
     // issued by thread 0, which waits for no gpu-scope fence before it lands: a helper's rank barrier
