@@ -1036,6 +1036,22 @@ enum { SV_PRE = 0, SV_CARRIED = 1, SV_GLOBAL = 2 };
                        // (twenty-first session: at 8 rows C 1.34 against 1.54 us, the cycle ~2-3% faster; at 1 and
                        // 2 rows the cycle no faster, C's gain then waiting in A; docs/BENCHMARKS.md)
 static_assert(HC == 4, "the stream values' NaN test and pairs are written out for four streams");
+// Stream k's values of N lanes (one or two a thread) in the contract's order: the residual mixed by comb's column k,
+// stream by stream, then post_k x added, the lanes' operations side by side (every form of C calls it, so their
+// bits cannot drift apart; this order of the operations is the one the forms were measured with).
+template <int N>
+__device__ __forceinline__ void stream_mix(const float (&cb)[HC * HC], const float (&res)[N][HC], const float (&pin)[HC],
+                                           const float (&x)[N], int k, float (&v)[N][HC]) {
+  float mx[N];
+#pragma unroll
+  for (int n = 0; n < N; n++) mx[n] = MUL(cb[0 * HC + k], res[n][0]);
+#pragma unroll
+  for (int j = 1; j < HC; j++)
+#pragma unroll
+    for (int n = 0; n < N; n++) mx[n] = ADD(mx[n], MUL(cb[j * HC + k], res[n][j]));
+#pragma unroll
+  for (int n = 0; n < N; n++) v[n][k] = ADD(MUL(pin[k], x[n]), mx[n]);
+}
 template <int Q, int CASE, bool PAIRS>
 __device__ __forceinline__ void stream_values_of(const MhcArgs& A, int row0, int nrows, int L0,
                                                  const float (*xs)[Q][CL_LANES], float (*sv)[HC * Q][CL_LANES],
@@ -1049,15 +1065,15 @@ __device__ __forceinline__ void stream_values_of(const MhcArgs& A, int row0, int
   for (int i = it; i < n; i += nt) {
     const Slot sl = slot_of<Q>(i, L0);
     const float x = xs[sl.mi][sl.q][sl.l];
-    float v[HC];
+    float v[1][HC];
     if (CASE == SV_PRE) {
 #pragma unroll
-      for (int k = 0; k < HC; k++) v[k] = x;
+      for (int k = 0; k < HC; k++) v[0][k] = x;
     } else {
-      float res[HC], pin[HC], cb[HC * HC];
+      float res[1][HC], pin[HC], cb[HC * HC];
       if (CASE == SV_CARRIED) {
 #pragma unroll
-        for (int j = 0; j < HC; j++) res[j] = sv[sl.mi][j * Q + sl.q][sl.l];
+        for (int j = 0; j < HC; j++) res[0][j] = sv[sl.mi][j * Q + sl.q][sl.l];
 #pragma unroll
         for (int k = 0; k < HC; k++) pin[k] = pc[sl.mi][k];
 #pragma unroll
@@ -1066,20 +1082,14 @@ __device__ __forceinline__ void stream_values_of(const MhcArgs& A, int row0, int
         const int m = row0 + sl.mi;
         const bf16_t* rp = residual + (size_t)m * HC * D + sl.col;
 #pragma unroll
-        for (int j = 0; j < HC; j++) res[j] = bf2f(rp[(size_t)j * D]);
+        for (int j = 0; j < HC; j++) res[0][j] = bf2f(rp[(size_t)j * D]);
 #pragma unroll
         for (int k = 0; k < HC; k++) pin[k] = post_in[m * HC + k];
 #pragma unroll
         for (int e = 0; e < HC * HC; e++) cb[e] = comb_in[m * HC * HC + e];
       }
 #pragma unroll
-      for (int k = 0; k < HC; k++) {
-        float mx = MUL(cb[0 * HC + k], res[0]);
-        mx = ADD(mx, MUL(cb[1 * HC + k], res[1]));
-        mx = ADD(mx, MUL(cb[2 * HC + k], res[2]));
-        mx = ADD(mx, MUL(cb[3 * HC + k], res[3]));
-        v[k] = ADD(MUL(pin[k], x), mx);
-      }
+      for (int k = 0; k < HC; k++) stream_mix<1>(cb, res, pin, {x}, k, v);
     }
     bf16_t* const out = streams + (size_t)(row0 + sl.mi) * HC * D + sl.col;  // streams[m][k][d] at out + k*D
     if (PAIRS) {
@@ -1087,10 +1097,10 @@ __device__ __forceinline__ void stream_values_of(const MhcArgs& A, int row0, int
       // one shift or mask each. A NaN (outside a real cycle, but f2bf's bits all the same) on one branch for the four
       unsigned pk[HC / 2];
 #pragma unroll
-      for (int k = 0; k < HC; k += 2) pk[k / 2] = f2bf2_nonan(v[k], v[k + 1]);
-      if (__builtin_expect(v[0] != v[0] || v[1] != v[1] || v[2] != v[2] || v[3] != v[3], 0)) {
+      for (int k = 0; k < HC; k += 2) pk[k / 2] = f2bf2_nonan(v[0][k], v[0][k + 1]);
+      if (__builtin_expect(v[0][0] != v[0][0] || v[0][1] != v[0][1] || v[0][2] != v[0][2] || v[0][3] != v[0][3], 0)) {
 #pragma unroll
-        for (int k = 0; k < HC; k += 2) pk[k / 2] = f2bf2(v[k], v[k + 1]);
+        for (int k = 0; k < HC; k += 2) pk[k / 2] = f2bf2(v[0][k], v[0][k + 1]);
       }
 #pragma unroll
       for (int k = 0; k < HC; k++) {
@@ -1103,7 +1113,7 @@ __device__ __forceinline__ void stream_values_of(const MhcArgs& A, int row0, int
     } else {
 #pragma unroll
       for (int k = 0; k < HC; k++) {
-        const bf16_t bv = f2bf(v[k]);
+        const bf16_t bv = f2bf(v[0][k]);
 #ifndef CL_C_NOSTORE  // timing ablation: the stream values not written to global memory (inexact)
         out[(size_t)k * D] = bv;
 #endif
@@ -1144,17 +1154,17 @@ __device__ __forceinline__ void stream_values_lane2(const MhcArgs& A, int row0, 
   for (int i = it; i < n2; i += nt) {
     const Slot sl = slot_of<Q>(2 * i, L0);  // sl.l even: lanes sl.l and sl.l + 1
     const float2 x = *reinterpret_cast<const float2*>(&xs[sl.mi][sl.q][sl.l]);
-    float v0[HC], v1[HC];
+    float v[2][HC];
     if (CASE == SV_PRE) {
 #pragma unroll
-      for (int k = 0; k < HC; k++) v0[k] = x.x, v1[k] = x.y;
+      for (int k = 0; k < HC; k++) v[0][k] = x.x, v[1][k] = x.y;
     } else {
-      float r0[HC], r1[HC], pin[HC], cb[HC * HC];
+      float res[2][HC], pin[HC], cb[HC * HC];
       if (CASE == SV_CARRIED) {
 #pragma unroll
         for (int j = 0; j < HC; j++) {
           const float2 r = *reinterpret_cast<const float2*>(&sv[sl.mi][j * Q + sl.q][sl.l]);
-          r0[j] = r.x, r1[j] = r.y;
+          res[0][j] = r.x, res[1][j] = r.y;
         }
 #pragma unroll
         for (int k = 0; k < HC; k++) pin[k] = pc[sl.mi][k];
@@ -1166,7 +1176,7 @@ __device__ __forceinline__ void stream_values_lane2(const MhcArgs& A, int row0, 
 #pragma unroll
         for (int j = 0; j < HC; j++) {
           const unsigned wd = *reinterpret_cast<const unsigned*>(rp + (size_t)j * D);
-          r0[j] = __uint_as_float(wd << 16), r1[j] = __uint_as_float(wd & 0xffff0000u);
+          res[0][j] = __uint_as_float(wd << 16), res[1][j] = __uint_as_float(wd & 0xffff0000u);
         }
 #pragma unroll
         for (int k = 0; k < HC; k++) pin[k] = post_in[m * HC + k];
@@ -1174,24 +1184,18 @@ __device__ __forceinline__ void stream_values_lane2(const MhcArgs& A, int row0, 
         for (int e = 0; e < HC * HC; e++) cb[e] = comb_in[m * HC * HC + e];
       }
 #pragma unroll
-      for (int k = 0; k < HC; k++) {
-        float m0 = MUL(cb[0 * HC + k], r0[0]), m1 = MUL(cb[0 * HC + k], r1[0]);
-        m0 = ADD(m0, MUL(cb[1 * HC + k], r0[1])), m1 = ADD(m1, MUL(cb[1 * HC + k], r1[1]));
-        m0 = ADD(m0, MUL(cb[2 * HC + k], r0[2])), m1 = ADD(m1, MUL(cb[2 * HC + k], r1[2]));
-        m0 = ADD(m0, MUL(cb[3 * HC + k], r0[3])), m1 = ADD(m1, MUL(cb[3 * HC + k], r1[3]));
-        v0[k] = ADD(MUL(pin[k], x.x), m0), v1[k] = ADD(MUL(pin[k], x.y), m1);
-      }
+      for (int k = 0; k < HC; k++) stream_mix<2>(cb, res, pin, {x.x, x.y}, k, v);
     }
     bf16_t* const out = streams + (size_t)(row0 + sl.mi) * HC * D + sl.col;  // streams[m][k][d] at out + k*D
     unsigned pk[HC];
 #pragma unroll
-    for (int k = 0; k < HC; k++) pk[k] = f2bf2_nonan(v0[k], v1[k]);
+    for (int k = 0; k < HC; k++) pk[k] = f2bf2_nonan(v[0][k], v[1][k]);
     bool nan = false;
 #pragma unroll
-    for (int k = 0; k < HC; k++) nan = nan || v0[k] != v0[k] || v1[k] != v1[k];
+    for (int k = 0; k < HC; k++) nan = nan || v[0][k] != v[0][k] || v[1][k] != v[1][k];
     if (__builtin_expect(nan, 0)) {
 #pragma unroll
-      for (int k = 0; k < HC; k++) pk[k] = f2bf2(v0[k], v1[k]);
+      for (int k = 0; k < HC; k++) pk[k] = f2bf2(v[0][k], v[1][k]);
     }
 #pragma unroll
     for (int k = 0; k < HC; k++) {
