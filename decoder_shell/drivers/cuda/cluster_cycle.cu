@@ -89,10 +89,17 @@ __device__ __forceinline__ int chain_of(int w, int i) { return w + NW * i; }
                          // of the three helper warps beside it kept (four rounds, every build of one or two rows): TP4
                          // M=1/2 0.445-0.446 / 0.486-0.488 against 0.442-0.443 / 0.488-0.491, TP2 +0.4 to +1%, TP1 even
 #endif
+#ifndef CL_B_HALF
+#define CL_B_HALF 0  // diagnosis (16 warps, at most two rows): B's roles (the Sinkhorn warp, the helpers' y, join and fold)
+                     // on warps 0-7 only, warps 8-15 idle in B (1) or running one row's dot products of the step there
+                     // (2: twice dots_by_lanes over the step's weights and the first row's stream values, chain groups
+                     // 0-3 then 4-7, into a buffer nothing reads): B of one row beside another row's A, as a step whose
+                     // two rows ran half a step apart would have it (the warps' split, the shared memory's traffic)
+#endif
 // The most Sinkhorn warps at which a build of R ranks and RPC rows keeps their schedulers for them (CL_ISOLATE_SK).
 template <int R, int RPC>
 __host__ __device__ constexpr int cl_isolate_max() {
-  return CL_ISOLATE_SK == 1 ? 2 : CL_ISOLATE_SK == 2 && R <= 2 && RPC <= 2 ? 1 : 0;
+  return CL_B_HALF && RPC <= 2 ? 0 : CL_ISOLATE_SK == 1 ? 2 : CL_ISOLATE_SK == 2 && R <= 2 && RPC <= 2 ? 1 : 0;
 }
 #ifndef CL_LOOKAHEAD
 #define CL_LOOKAHEAD 3  // steps ahead whose weights the copy engine prefetches into L2 (0: none)
@@ -1385,13 +1392,14 @@ struct Roles {
 #ifndef CL_ROLES_CARRIED
 #define CL_ROLES_CARRIED 1  // the roles kept in registers from step to step, made again where nsk or nrows change
 #endif                      // (0: made at every step's start, ~20 instructions a warp on the way to the stream values)
-template <int NW, int ISO>
+template <int NW, int ISO, bool BH = false>
 __device__ __forceinline__ Roles roles_of(int nsk, int nrows, int w, int lane) {
   Roles o;
   const bool iso = nsk >= 1 && nsk <= ISO;
-  o.helper = w >= nsk && (!iso || w % 4 >= nsk);
+  constexpr int NWB = BH ? NW / 2 : NW;  // (CL_B_HALF: B's roles on the first half of the warps)
+  o.helper = w >= nsk && (!BH || w < NWB) && (!iso || w % 4 >= nsk);
   o.hw = iso ? (w / 4) * (4 - nsk) + max(0, w % 4 - nsk) : w - nsk;
-  o.nh = (iso ? (NW / 4) * (4 - nsk) : NW - nsk) * 32;
+  o.nh = (iso ? (NW / 4) * (4 - nsk) : NWB - nsk) * 32;
   o.ht = o.hw * 32 + lane;
   const int ppost = nsk > 0 ? o.ht - (o.nh - 32) : -1;  // this thread's post index, if 0 <= it < nrows*HC
   o.po = o.helper && ppost >= 0 && ppost < nrows * HC;
@@ -1462,7 +1470,9 @@ __device__ void cluster_cycle(const CArgs& p) {
   // (NW - nsk, or (NW / 4) * (4 - nsk) where the Sinkhorn warps' schedulers are left to them, over nsk <= NSK)
   constexpr int ISO = cl_isolate_max<R, RPC>();  // the most Sinkhorn warps whose schedulers are left to them
   constexpr int NSK = (RPC + 1) / 2, ISN = ISO < NSK ? ISO : NSK;
-  constexpr int NH_MIN = 32 * (ISN > 0 && (NW / 4) * (4 - ISN) < NW - NSK ? (NW / 4) * (4 - ISN) : NW - NSK);
+  constexpr bool BH = CL_B_HALF && NW == 16 && RPC <= 2 && BY_LANES;  // (CL_B_HALF's builds; the others unchanged)
+  constexpr int NH_MIN = BH ? 32 * (NW / 2 - NSK)
+                            : 32 * (ISN > 0 && (NW / 4) * (4 - ISN) < NW - NSK ? (NW / 4) * (4 - ISN) : NW - NSK);
   constexpr int NE = (RPC * Q * CL_LANES + NH_MIN - 1) / NH_MIN;
   // packed words (three bf16 values each) a helper thread publishes and folds; registers of its own values and
   // first ranks: NE (one a value), or three a packed word
@@ -1474,6 +1484,9 @@ __device__ void cluster_cycle(const CArgs& p) {
   constexpr int PS = cl_partials_floats<Q, RPC>();  // floats of one block's partials of a step (rows x 25, padded)
   // this block's partials: [row * 25 + chain] (0: sum of squares, 1 + o); BY_LANES: of its two lane halves
   __shared__ __align__(16) float halves[BY_LANES ? 2 : 1][PS];
+#if CL_B_HALF == 2
+  __shared__ float bdummy[2][PS];  // (CL_B_HALF=2) where B's extra dot products land, read by nothing
+#endif
   float* const part = halves[0];
   __shared__ float pc[RPC][HC + HC * HC];       // post, comb for the next step
   __shared__ float pre_s[RPC][HC];
@@ -1589,11 +1602,11 @@ __device__ void cluster_cycle(const CArgs& p) {
     const int nsk = work && op != OP_POST_HEAD ? (nrows + 1) / 2 : 0;
 #if CL_ROLES_CARRIED
     if (((nsk << 8) | nrows) != role_key) {
-      ro = roles_of<NW, ISO>(nsk, nrows, w, lane);
+      ro = roles_of<NW, ISO, BH>(nsk, nrows, w, lane);
       role_key = (nsk << 8) | nrows;
     }
 #else
-    const Roles ro = roles_of<NW, ISO>(nsk, nrows, w, lane);
+    const Roles ro = roles_of<NW, ISO, BH>(nsk, nrows, w, lane);
 #endif
     const bool helper = ro.helper, po = ro.po, mixer = ro.mixer;
     const int hw = ro.hw, nh = ro.nh, ht = ro.ht, mv = ro.mv;
@@ -1982,6 +1995,14 @@ __device__ void cluster_cycle(const CArgs& p) {
         }
       }
     }
+#if CL_B_HALF == 2
+    if (BH && work && w >= NW / 2) {  // (diagnosis) one row's dot products beside B, into a buffer nothing reads
+      dots_by_lanes<Q, 1, PS>(wcur, sv, 1, nout, w - NW / 2, lane, bdummy);
+      dots_by_lanes<Q, 1, PS>(wcur, sv, 1, nout, w, lane, bdummy);
+      // (a read of the results the compiler cannot drop: an OR of nothing into err where a sum's bits are all ones)
+      if (lane == 0 && __float_as_uint(bdummy[w & 1][w]) == 0xffffffffu) atomicOr(reinterpret_cast<unsigned*>(p.err), 0u);
+    }
+#endif
     if (ll && !helper) cluster_wait_any();
     arrival(&arr_s[2], dh, true, w);
     __syncthreads();
