@@ -109,7 +109,7 @@ def test_the_fma_build_compiles_too(tmp_path, monkeypatch):
     "SINKHORN_UNROLL=8", "CL_LANES_UNROLL2=4", "ABL_W4", "ABL_SV4", "ABL_W4 ABL_SV4", "CL_W_LDG", "CL_LL_PACK3=1",
     "CL_LL_THIRD", "CL_FOLD_NONE", "CL_NO_AROUT", "CL_NO_PF_B", "CL_C_TWICE", "CL_A_TWICE", "CL_ROLES_CARRIED=0",
     "CL_SV_PAIRS=1", "CL_ENTRY_STAMP=1", "CL_SV_LANE2=1", "CL_FETCH_LAST=1 CL_SV_LANE2=1", "CL_WAIT_STAMP=1 CL_SM_STAMP=1", "CL_PUSH_ROT=8", "CL_PUSH_W0=15",
-    "CL_B_HALF=1", "CL_B_HALF=2"]] + [
+    "CL_B_HALF=0", "CL_B_LOAD=1", "CL_B_HALF=3 CL_B_LOAD=1"]] + [
     (d, r) for d in ["CL_WBUF2=0", "CL_WBUF2=1 CL_WBUF2_RPC=1", "CL_WBUF2=0 CL_WSPARE=0"] for r in (1, 2)] + [(d, 8) for d in [
     "CL_DOT_LANES=9", "CL_DOT_LANES=9 CL_DOT_TILE=0", "CL_LANES_UNROLL=2", "CL_WBUF2=0", "ABL_W4 ABL_SV4", "CL_W_LDG",
     "CL_LL_PACK3=1", "CL_SV_PAIRS=9 CL_SV_LANE2=9", "CL_SV_LANE2=9", "CL_Y_REGS=1", "CL_Y_REGS=1 CL_PUB_REGS=1", "CL_WSPARE=8", "CL_WSPARE=8 CL_WSPARE_AT=1", "CL_WSPARE=8 CL_NO_FETCH", "CL_FETCH_LAST=1", "CL_PUSH_W0=15"]] + [
@@ -179,22 +179,28 @@ def test_warp_0_pushes_the_partials_in_the_four_row_build_only(rpc, tmp_path, mo
 
 
 @pytest.mark.parametrize("rpc", RPC_BUILDS)
-def test_b_half_changes_the_one_and_two_row_builds_only(rpc, tmp_path, monkeypatch):
-    """CL_B_HALF (a diagnosis of 16-warp builds of at most two rows): those builds move B's roles to warps 0-7 (and
-    with =2 give warps 8-15 dot products to run there), every other build is the default byte for byte."""
+def test_b_roles_on_half_the_warps_in_the_two_row_build_of_four_ranks_only(rpc, tmp_path, monkeypatch):
+    """CL_B_HALF=2 (the default, a mask of row counts): the two-row build of more than two ranks puts B's roles on
+    warps 0-7 (measured faster there, slower at one row and at two ranks, where warps beside the Sinkhorn warp idle
+    instead); every other build is CL_B_HALF=0's byte for byte, and the load beside B (CL_B_LOAD, a diagnosis) changes
+    only the builds that have their roles on half the warps."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
     from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
-    cubins = {}
-    for defines in ("", "CL_B_HALF=1", "CL_B_HALF=2"):
+
+    def cubin(defines: str, ranks: int) -> bytes:
         monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
-        src, entry = source(4, rpc)
-        cubins[defines] = compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
-        assert entry.encode() in cubins[defines]
+        src, entry = source(4, rpc, THREADS, ranks)
+        out = compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
+        assert entry.encode() in out
+        return out
+
+    none, every, default = cubin("CL_B_HALF=0", 4), cubin("CL_B_HALF=3", 4), cubin("", 4)
+    assert default == (every if rpc == 2 else none)
+    assert (every != none) == (rpc <= 2)
+    assert (cubin("CL_B_HALF=3 CL_B_LOAD=1", 4) != every) == (rpc <= 2)
     if rpc <= 2:
-        assert len(set(cubins.values())) == 3
-    else:
-        assert cubins["CL_B_HALF=1"] == cubins["CL_B_HALF=2"] == cubins[""]
+        assert cubin("CL_B_HALF=3", 2) == cubin("CL_B_HALF=0", 2)
 
 
 def _elem_of(i: np.ndarray, block: int, q: int) -> np.ndarray:

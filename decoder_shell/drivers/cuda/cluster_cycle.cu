@@ -90,16 +90,26 @@ __device__ __forceinline__ int chain_of(int w, int i) { return w + NW * i; }
                          // M=1/2 0.445-0.446 / 0.486-0.488 against 0.442-0.443 / 0.488-0.491, TP2 +0.4 to +1%, TP1 even
 #endif
 #ifndef CL_B_HALF
-#define CL_B_HALF 0  // diagnosis (16 warps, at most two rows): B's roles (the Sinkhorn warp, the helpers' y, join and fold)
-                     // on warps 0-7 only, warps 8-15 idle in B (1) or running one row's dot products of the step there
-                     // (2: twice dots_by_lanes over the step's weights and the first row's stream values, chain groups
-                     // 0-3 then 4-7, into a buffer nothing reads): B of one row beside another row's A, as a step whose
-                     // two rows ran half a step apart would have it (the warps' split, the shared memory's traffic)
+#define CL_B_HALF 2  // the row counts (a mask: 1, 2) of the 16-warp builds of more than two ranks, where no warp is left
+                     // idle beside the Sinkhorn warp (CL_ISOLATE_SK), whose B roles (the Sinkhorn warp, the helpers' y,
+                     // join and fold) are on warps 0-7 only, warps 8-15 idle in B: fewer warps issue beside the
+                     // Sinkhorn warp's chain and the fold still ends in time (thirty-fourth session, H100, three rounds:
+                     // TP4 M=2 0.471-0.474 against 0.479 ms, the Sinkhorn warp 2.11 against 2.24 us; TP4 M=1 0.434-0.436
+                     // against 0.432-0.433 and TP2 M=1/2 0.447-0.448 / 0.466-0.468 against 0.432-0.434 / 0.463, where the
+                     // isolation applies instead: two rows at more than two ranks only). 0: none.
+#endif
+#ifndef CL_B_LOAD
+#define CL_B_LOAD 0  // diagnosis (1, in CL_B_HALF's builds): warps 8-15 run one row's dot products during B (twice
+                     // dots_by_lanes over the step's weights and the first row's stream values, chain groups 0-3 then
+                     // 4-7, into a buffer nothing reads): one row's B beside another row's A, as a step whose two rows
+                     // ran half a step apart would have it (thirty-fourth session, H100: TP4 M=2 0.541-0.542 against
+                     // 0.471-0.474 ms, the Sinkhorn warp 2.53 against 2.11 us, the mixes 0.45 against 0.16, pre + y 1.12
+                     // against 0.64: the shared memory's traffic beside B costs more than the overlap could save)
 #endif
 // The most Sinkhorn warps at which a build of R ranks and RPC rows keeps their schedulers for them (CL_ISOLATE_SK).
 template <int R, int RPC>
 __host__ __device__ constexpr int cl_isolate_max() {
-  return CL_B_HALF && RPC <= 2 ? 0 : CL_ISOLATE_SK == 1 ? 2 : CL_ISOLATE_SK == 2 && R <= 2 && RPC <= 2 ? 1 : 0;
+  return CL_ISOLATE_SK == 1 ? 2 : CL_ISOLATE_SK == 2 && R <= 2 && RPC <= 2 ? 1 : 0;
 }
 #ifndef CL_LOOKAHEAD
 #define CL_LOOKAHEAD 3  // steps ahead whose weights the copy engine prefetches into L2 (0: none)
@@ -1470,7 +1480,7 @@ __device__ void cluster_cycle(const CArgs& p) {
   // (NW - nsk, or (NW / 4) * (4 - nsk) where the Sinkhorn warps' schedulers are left to them, over nsk <= NSK)
   constexpr int ISO = cl_isolate_max<R, RPC>();  // the most Sinkhorn warps whose schedulers are left to them
   constexpr int NSK = (RPC + 1) / 2, ISN = ISO < NSK ? ISO : NSK;
-  constexpr bool BH = CL_B_HALF && NW == 16 && RPC <= 2 && BY_LANES;  // (CL_B_HALF's builds; the others unchanged)
+  constexpr bool BH = (CL_B_HALF & RPC) != 0 && RPC <= 2 && R > 2 && ISO == 0 && NW == 16 && BY_LANES;  // (CL_B_HALF)
   constexpr int NH_MIN = BH ? 32 * (NW / 2 - NSK)
                             : 32 * (ISN > 0 && (NW / 4) * (4 - ISN) < NW - NSK ? (NW / 4) * (4 - ISN) : NW - NSK);
   constexpr int NE = (RPC * Q * CL_LANES + NH_MIN - 1) / NH_MIN;
@@ -1484,8 +1494,8 @@ __device__ void cluster_cycle(const CArgs& p) {
   constexpr int PS = cl_partials_floats<Q, RPC>();  // floats of one block's partials of a step (rows x 25, padded)
   // this block's partials: [row * 25 + chain] (0: sum of squares, 1 + o); BY_LANES: of its two lane halves
   __shared__ __align__(16) float halves[BY_LANES ? 2 : 1][PS];
-#if CL_B_HALF == 2
-  __shared__ float bdummy[2][PS];  // (CL_B_HALF=2) where B's extra dot products land, read by nothing
+#if CL_B_LOAD
+  __shared__ float bdummy[2][PS];  // (CL_B_LOAD) where B's extra dot products land, read by nothing
 #endif
   float* const part = halves[0];
   __shared__ float pc[RPC][HC + HC * HC];       // post, comb for the next step
@@ -1995,7 +2005,7 @@ __device__ void cluster_cycle(const CArgs& p) {
         }
       }
     }
-#if CL_B_HALF == 2
+#if CL_B_LOAD
     if (BH && work && w >= NW / 2) {  // (diagnosis) one row's dot products beside B, into a buffer nothing reads
       dots_by_lanes<Q, 1, PS>(wcur, sv, 1, nout, w - NW / 2, lane, bdummy);
       dots_by_lanes<Q, 1, PS>(wcur, sv, 1, nout, w, lane, bdummy);

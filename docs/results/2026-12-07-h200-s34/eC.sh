@@ -1,4 +1,5 @@
-# call C (thirty-fourth session, on the machine of calls A and B while warm): what a step whose two rows ran half a
+# (as it ran, at 1370725: CL_B_HALF=1 is today's CL_B_HALF=3, CL_B_HALF=2 today's CL_B_HALF=3 CL_B_LOAD=1; see README.md)
+# call C (thirty-fourth session, meant for the machine of calls A and B while warm; it ran on an H100): what a step whose two rows ran half a
 # step apart would face, measured before building it. CL_B_HALF=1: B's roles (the Sinkhorn warp, the helpers' y, join
 # and fold) on warps 0-7 only, warps 8-15 idle in B; CL_B_HALF=2: the same with warps 8-15 running one row's dot
 # products over the step's weights during B (the other row's A beside this row's B); 256 threads a block: one row's
