@@ -92,11 +92,13 @@ __device__ __forceinline__ int chain_of(int w, int i) { return w + NW * i; }
 #ifndef CL_B_HALF
 #define CL_B_HALF 2  // the row counts (a mask: 1, 2) of the 16-warp builds of more than two ranks, where no warp is left
                      // idle beside the Sinkhorn warp (CL_ISOLATE_SK), whose B roles (the Sinkhorn warp, the helpers' y,
-                     // join and fold) are on warps 0-7 only, warps 8-15 idle in B: fewer warps issue beside the
-                     // Sinkhorn warp's chain and the fold still ends in time (thirty-fourth session, H100, three rounds:
-                     // TP4 M=2 0.471-0.474 against 0.479 ms, the Sinkhorn warp 2.11 against 2.24 us; TP4 M=1 0.434-0.436
-                     // against 0.432-0.433 and TP2 M=1/2 0.447-0.448 / 0.466-0.468 against 0.432-0.434 / 0.463, where the
-                     // isolation applies instead: two rows at more than two ranks only). 0: none.
+                     // join and fold) are on warps 0-7 only, warps 8-15 idle in B; so the block's last thread, which
+                     // issues B's L2 prefetches (prefetches_b) as a helper, issues none there, as CL_NO_PF_B. Fewer
+                     // warps issue beside the Sinkhorn warp's chain and the fold still ends in time (thirty-fourth
+                     // session, H100, five alternating runs: TP4 M=2 0.471-0.474 against 0.478-0.479 ms, the Sinkhorn warp
+                     // 2.11 against 2.24 us; which of the two changes gives it is not measured apart; TP4 M=1
+                     // 0.434-0.436 against 0.432-0.433 and TP2 M=1/2 0.447-0.448 / 0.466-0.468 against 0.432-0.434 /
+                     // 0.463, where the isolation applies instead: two rows at more than two ranks only). 0: none.
 #endif
 #ifndef CL_B_LOAD
 #define CL_B_LOAD 0  // diagnosis (1, in CL_B_HALF's builds): warps 8-15 run one row's dot products during B (twice
