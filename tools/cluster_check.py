@@ -166,18 +166,21 @@ def blocks_report(e: np.ndarray) -> dict:
     # start (stamps 11-14 carry the time to 32 ns and the warp in the low five bits), and how often each warp is
     # the last; thread 0's weight copy issued (15)
     st0 = e[:, :, 0].astype(np.int64)
+
+    def after_start(v):  # the median over steps and blocks of stamps v after their block's step start, us
+        return {"us_after_start": float(np.median(v - st0)) / 1e3}
+
     warps = {}
     for name, k in (("first warp after C", 14), ("last warp after C", 11), ("last warp after A", 12),
                     ("last warp at the end", 13)) if e[:, :, 13].any() else ():  # (CL_WARP_STAMPS=1 builds)
         v = e[:, :, k].astype(np.int64)
-        warps[name] = {"us_after_start": float(np.median((v & ~31) - st0)) / 1e3,
-                       "warp_counts": np.bincount((v & 31).ravel(), minlength=32)[:16].tolist()}
+        warps[name] = after_start(v & ~31) | {"warp_counts": np.bincount((v & 31).ravel(), minlength=32)[:16].tolist()}
     if e[:, :, 11].any() and not e[:, :, 13].any():  # (CL_WAIT_STAMP=1 builds: thread 0's own waits)
         for name, k in (("thread 0's stream values done", 11), ("thread 0 past the weights' wait", 12)):
-            warps[name] = {"us_after_start": float(np.median(e[:, :, k].astype(np.int64) - st0)) / 1e3}
+            warps[name] = after_start(e[:, :, k].astype(np.int64))
     if e[:, :, 15].all():  # (builds of two weight buffers: the copy requested at the step's start)
-        warps["weight copy issued"] = {"us_after_start": float(np.median(e[:, :, 15].astype(np.int64) - st0)) / 1e3}
-    warps["end stamp"] = {"us_after_start": float(np.median(e[:, :, 6].astype(np.int64) - st0)) / 1e3}
+        warps["weight copy issued"] = after_start(e[:, :, 15].astype(np.int64))
+    warps["end stamp"] = after_start(e[:, :, 6].astype(np.int64))
     skew["warps"] = warps
     if e[:, :, 14].any() and not e[:, :, 13].any():  # (CL_SM_STAMP=1 builds: each block's SM + 1; blocks stay put)
         skew["sm_by_cluster"] = (e[0, :, 14] - 1).reshape(nc, CL_SIZE).tolist()

@@ -1042,6 +1042,13 @@ __device__ __forceinline__ float4 dot_piece(const float (*half)[PS], int j) {
   return make_float4(ADD(a.x, b.x), ADD(a.y, b.y), ADD(a.z, b.z), ADD(a.w, b.w));
 }
 
+// Piece j of the block's partials as the exchange pushes it: the two lane halves added (dots_by_lanes), or the
+// block's partials as they are (the loops of every warp over the 64 lanes).
+template <bool BY_LANES, int PS>
+__device__ __forceinline__ float4 exchange_piece(const float (*half)[PS], int j) {
+  return BY_LANES ? dot_piece<PS>(half, j) : *reinterpret_cast<const float4*>(&half[0][4 * j]);
+}
+
 // C of one step: the stream values of the block's columns of its rows from x (xs), the residual and
 // post/comb, written to `streams` and kept in sv (fp32 of the bf16) for the dot products. One loop per
 // case (CASE 0: no residual; 1: the residual and post/comb carried in shared memory; 2: from global
@@ -1833,7 +1840,7 @@ __device__ void cluster_cycle(const CArgs& p) {
       // (CL_PUSH_W0) warp 0 pushes every piece to every block: lane j makes piece j once and stores it into the 16
       if (w == 0)
         for (int j = lane; j < npieces; j += 32) {
-          const float4 v = BY_LANES ? dot_piece<PS>(halves, j) : *reinterpret_cast<const float4*>(&part[4 * j]);
+          const float4 v = exchange_piece<BY_LANES, PS>(halves, j);
 #pragma unroll 4
           for (int d = 0; d < CL_SIZE; d++)
             push_dsmem(dsmem_addr(&recv[buf][b][0], d) + 16 * j, v, dsmem_addr(&xbar[buf], d));
@@ -1844,7 +1851,7 @@ __device__ void cluster_cycle(const CArgs& p) {
         const int to = CL_PUSH_ROT ? (d + CL_PUSH_ROT) % CL_SIZE : d;  // (CL_PUSH_ROT: a diagnosis)
         const unsigned rb = dsmem_addr(&xbar[buf], to), ra = dsmem_addr(&recv[buf][b][0], to);
         for (int j = lane; j < npieces; j += 32)
-          push_dsmem(ra + 16 * j, BY_LANES ? dot_piece<PS>(halves, j) : *reinterpret_cast<const float4*>(&part[4 * j]), rb);
+          push_dsmem(ra + 16 * j, exchange_piece<BY_LANES, PS>(halves, j), rb);
       }
     }
     // every warp of this block is past its dot products: the next step's weights may land in wsm (the copy
