@@ -1,4 +1,4 @@
-"""The cluster cycle's dot products by lane halves (cluster_cycle.cu dots_by_lanes, lane_tree, dot_piece), proven
+"""The cluster cycle's dot products by lane halves (cluster_dots.cu dots_by_lanes, lane_tree; cluster_exchange.cu dot_piece), proven
 on the CPU: the same data movement transliterated over 32 simulated lanes, in fp32, against the contract.
 
 lane_tree runs the adjacent-pair tree of a warp's 32 lanes for K values a thread at once: round r pairs lane l

@@ -7,6 +7,7 @@ cycles bit-exact and the FMA build caught (tools/cluster_check.py runs more; doc
 from __future__ import annotations
 
 import ctypes as C
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,9 +16,9 @@ from hypothesis import strategies as st
 
 from decoder_shell.commands.program import build_cycle
 from decoder_shell.contracts.allreduce import RingContract, rank_order
-from decoder_shell.drivers.cuda import steps as S
-from decoder_shell.drivers.cuda.cluster_cycle import (HIDDEN, ONE_GROUP_ROWS, RPC_BUILDS, THREAD_BUILDS, THREADS, CArgs,
-                                                      block_threads, check_cycle, row_groups, source)
+from decoder_shell.drivers.cuda import cluster_cycle as cc, steps as S
+from decoder_shell.drivers.cuda.cluster_cycle import (CLUSTER_SOURCES, HIDDEN, ONE_GROUP_ROWS, RPC_BUILDS, THREAD_BUILDS,
+                                                      THREADS, CArgs, block_threads, check_cycle, row_groups, source)
 from decoder_shell.errors import UsageError
 from decoder_shell.geometry import Geometry, preset
 
@@ -28,6 +29,16 @@ def _layout_asserts() -> str:
         out.append(f"static_assert(offsetof(CArgs, {f}) == {getattr(CArgs, f).offset}, \"CArgs.{f}\");")
     out.append(f"static_assert(sizeof(PStep) == {C.sizeof(S.PStep)}, \"PStep size\");")
     return "#define offsetof(t, f) __builtin_offsetof(t, f)\n" + "\n".join(out) + "\n"
+
+
+def test_every_piece_of_the_kernel_source_is_joined_once_and_the_kernel_last():
+    here = Path(cc.__file__).parent
+    assert sorted(CLUSTER_SOURCES) == sorted(p.name for p in here.glob("cluster_*.cu"))
+    assert len(set(CLUSTER_SOURCES)) == len(CLUSTER_SOURCES) and CLUSTER_SOURCES[-1] == "cluster_cycle.cu"
+    # each piece's text, in order, is the source a build compiles
+    src, _ = source(4, 2)
+    at = [src.index((here / f).read_text()) for f in CLUSTER_SOURCES]
+    assert at == sorted(at)
 
 
 @pytest.mark.parametrize("q,rpc,threads", [(4, r, t) for r in RPC_BUILDS for t in THREAD_BUILDS] + [(1, 1, 512), (2, 8, 256)])
@@ -79,7 +90,6 @@ def test_the_weights_box_is_the_hosts(q, tmp_path, monkeypatch):
     where each lands) is asserted equal to the box the host encodes the maps with: a host box one row
     short does not build."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
-    from decoder_shell.drivers.cuda import cluster_cycle as cc
     from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
     from decoder_shell.errors import BuildError
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
@@ -204,7 +214,7 @@ def test_b_roles_on_half_the_warps_in_the_two_row_build_of_four_ranks_only(rpc, 
 
 
 def _elem_of(i: np.ndarray, block: int, q: int) -> np.ndarray:
-    """cluster_cycle.cu elem_of for row0 = 0: slice element i of block `block` -> its index in a [rows][1024 q]."""
+    """cluster_fold.cu elem_of for row0 = 0: slice element i of block `block` -> its index in a [rows][1024 q]."""
     return (i // (q * 64)) * (q * 1024) + 64 * block + i % 64 + ((i // 64) % q) * 1024
 
 

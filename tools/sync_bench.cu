@@ -1,5 +1,5 @@
 // The cluster cycle's synchronization primitives timed alone (tools/sync_bench.py): appended to the cluster
-// cycle's own source (cluster_cycle.cu and what it builds on), so each mode runs the kernel's functions on the
+// cycle's own source (cluster_cycle.py's CLUSTER_SOURCES and what they build on), so each mode runs the kernel's functions on the
 // kernel's grid (clusters of 16 blocks, one a rank). Every mode is a chain of `rounds` rounds; thread 0 of
 // each block stamps %globaltimer before the first and after the last.
 //   0 bar       a block barrier (__syncthreads)

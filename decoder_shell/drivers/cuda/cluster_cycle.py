@@ -29,7 +29,11 @@ from .kernels import SOURCE, sinkhorn_flags
 from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin, tuning_define
 from .persistent import PERSISTENT_SOURCE, WATCHDOG_MS, PersistentSession
 
-CLUSTER_SOURCE = Path(__file__).with_name("cluster_cycle.cu").read_text()
+#: The kernel's source, one job a file, joined in this order (each builds on those before it; the kernel,
+#: cluster_cycle.cu, last).
+CLUSTER_SOURCES = ("cluster_sync.cu", "cluster_fold.cu", "cluster_join.cu", "cluster_weights.cu", "cluster_dots.cu",
+                   "cluster_exchange.cu", "cluster_stream.cu", "cluster_cycle.cu")
+CLUSTER_SOURCE = "".join(Path(__file__).with_name(f).read_text() for f in CLUSTER_SOURCES)
 CL_SIZE = 16
 #: Threads a block: 8 or 16 warps over the block's 64 lanes (16: half the dot-product chains a warp and
 #: twice the threads for the stream values and the fold). DECODER_SHELL_CUDA_CLUSTER_THREADS picks one.
@@ -39,7 +43,7 @@ HIDDEN = (1024, 2048, 4096)
 RPC_BUILDS = (1, 2, 4, 8)
 
 
-#: The join words' sequence numbers stay below this: a bf16 word carries 16 bits of its number (cluster_cycle.cu,
+#: The join words' sequence numbers stay below this: a bf16 word carries 16 bits of its number (cluster_join.cu,
 #: Word), so the words are zeroed and the numbers start again from 1 before one would reach it.
 LL_SEQ_END = 2 ** 16
 #: trace slots past the end stamp: CL_ENTRY_STAMP's entry and prologue pieces (cluster_cycle.cu CL_PRO_SLOTS)
@@ -57,13 +61,13 @@ class CArgs(C.Structure):
 
 def weight_buffers(rpc: int) -> int:
     """Steps' weights a block keeps in shared memory: two where the build has at most CL_WBUF2_RPC (2) rows
-    (cluster_cycle.cu's cl_wbufs: more rows leave no room in shared memory), else one; the tuning defines
+    (cluster_weights.cu's cl_wbufs: more rows leave no room in shared memory), else one; the tuning defines
     (DECODER_SHELL_CUDA_DEFINES: CL_WBUF2=0, CL_WBUF2_RPC=N) are read here as the compiler reads them."""
     return 2 if int(tuning_define("CL_WBUF2", "1") or 0) and rpc <= int(tuning_define("CL_WBUF2_RPC", "2")) else 1
 
 
 def weight_slots(q: int, rpc: int) -> int:
-    """Box slots (box_rows(q) rows x 64 lanes of fp32 each) a block keeps a step's weights in: cluster_cycle.cu's
+    """Box slots (box_rows(q) rows x 64 lanes of fp32 each) a block keeps a step's weights in: cluster_weights.cu's
     cl_wslots. A step's weights are 24 x 4q rows, i.e. `boxes` boxes (2 at q = 4); two buffers hold twice that,
     one buffer that plus a spare slot where the build has at most CL_WSPARE rows (4), so that the next step's first box is copied while
     this step's dot products still read its boxes. The tuning defines are read as the compiler reads them."""
@@ -183,7 +187,7 @@ def row_groups(rows: int, ranks: int, most: int, env: int = 0) -> int:
 class ClusterSession(PersistentSession):
     """The graph session's buffers, with one cluster-launched kernel instead of the graph."""
 
-    DETAIL_SLOTS = 16  # CL_DETAIL in cluster_cycle.cu
+    DETAIL_SLOTS = 16  # CL_DETAIL in cluster_sync.cu
 
     def _build_persistent(self, drv, fma, blocks, watchdog_ms, skip_step):
         cu, cycle = self.cu, self.cycle
@@ -350,7 +354,7 @@ class ClusterSession(PersistentSession):
     def step_detail(self, mode: int = 0, every_block: bool = False) -> np.ndarray:
         """One traced launch: the stamps inside each step, [steps + 1][DETAIL_SLOTS] ns of cluster 0 block 0
         (0 where not taken), or with every_block [steps + 1][blocks][DETAIL_SLOTS] (block = cluster x 16 + rank
-        in the cluster); stamp numbers are cluster_cycle.cu's CL_DETAIL."""
+        in the cluster); stamp numbers are cluster_sync.cu's CL_DETAIL."""
         d = self._detail(mode, self.blocks)
         return d if every_block else d[:, 0]
 
