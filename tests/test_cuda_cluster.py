@@ -192,8 +192,9 @@ def test_warp_0_pushes_the_partials_in_the_four_row_build_only(rpc, tmp_path, mo
 def test_b_roles_on_half_the_warps_in_the_two_row_build_of_four_ranks_only(rpc, tmp_path, monkeypatch):
     """CL_B_HALF=2 (the default, a mask of row counts): the two-row build of more than two ranks puts B's roles on
     warps 0-7 (measured faster there, slower at one row and at two ranks, where warps beside the Sinkhorn warp idle
-    instead); every other build is CL_B_HALF=0's byte for byte, and the load beside B (CL_B_LOAD, a diagnosis) changes
-    only the builds that have their roles on half the warps."""
+    instead); every other build is CL_B_HALF=0's byte for byte, and the load beside B (CL_B_LOAD, a diagnosis) and
+    B's prefetches issued by a helper or by an idle warp (CL_PF_B_BH=1, 2) change only the builds that have their roles
+    on half the warps."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
     from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
@@ -208,7 +209,8 @@ def test_b_roles_on_half_the_warps_in_the_two_row_build_of_four_ranks_only(rpc, 
     none, every, default = cubin("CL_B_HALF=0", 4), cubin("CL_B_HALF=3", 4), cubin("", 4)
     assert default == (every if rpc == 2 else none)
     assert (every != none) == (rpc <= 2)
-    assert (cubin("CL_B_HALF=3 CL_B_LOAD=1", 4) != every) == (rpc <= 2)
+    for other in ("CL_B_LOAD=1", "CL_PF_B_BH=1", "CL_PF_B_BH=2"):
+        assert (cubin(f"CL_B_HALF=3 {other}", 4) != every) == (rpc <= 2)
     if rpc <= 2:
         assert cubin("CL_B_HALF=3", 2) == cubin("CL_B_HALF=0", 2)
 
