@@ -1,4 +1,4 @@
-"""The Sinkhorn forms (kernels.cu SINKHORN_FORM) and div_by, proven on the CPU.
+"""The Sinkhorn forms (sinkhorn.cu SINKHORN_FORM) and div_by, proven on the CPU.
 
 div_by replaces __fdiv_rn where one denominator divides several values: it runs the per-quotient
 half of __fdiv_rn's sm_90 fast path (q0 = a*y, q = q0 + y*(a - b*q0)) on a reciprocal y made once
@@ -51,7 +51,7 @@ def div_by(a, b, y0):
 
 
 def div_short(a, b, y0):
-    """kernels.cu div_short: the estimate a * y0 refined beside the reciprocal, then div_by's last step."""
+    """sinkhorn.cu div_short: the estimate a * y0 refined beside the reciprocal, then div_by's last step."""
     a, b = np.asarray(a, f32), np.asarray(b, f32)
     e, q1 = fma32(-b, y0, f32(1)), (a * y0).astype(f32)
     y1, q0 = fma32(y0, e, y0), fma32(q1, e, q1)
@@ -126,7 +126,7 @@ def test_the_fast_quotients_match_division_on_a_million_operand_pairs_over_every
 
 
 def test_div_short_is_the_kernels_sequence():
-    """The transliteration above is kernels.cu's div_short, line for line, and the lanes-fast form takes it
+    """The transliteration above is sinkhorn.cu's div_short, line for line, and the lanes-fast form takes it
     unless a build sets SINKHORN_DIV_SHORT=0."""
     from decoder_shell.drivers.cuda.kernels import SOURCE
     assert "const float e = __fmaf_rn(-b, y0, 1.0f), q1 = __fmul_rn(a, y0);" in SOURCE
@@ -235,7 +235,7 @@ def test_every_form_builds_for_sm90_without_spills(form, monkeypatch, tmp_path):
     from pathlib import Path
     flags = (*EXACT_FLAGS, f"-DSINKHORN_FORM={SINKHORN_FORMS[form]}")
     bench = Path(__file__).resolve().parents[1] / "tools" / "sinkhorn_bench.cu"
-    src, entry = source(4, 4)  # kernels.cu + persistent.cu + the persistent instance; the bench after it
+    src, entry = source(4, 4)  # kernels.py's SOURCE + persistent.cu + the persistent instance; the bench after it
     assert src.startswith(SOURCE + PERSISTENT_SOURCE)
     import sys
     sys.path.insert(0, str(bench.parent))
@@ -396,7 +396,7 @@ def test_shared_reciprocal_sinkhorn_equals_the_contract(seed, lo, eps_exp):
 
 
 def _in_range(v):
-    """kernels.cu div_range(v) < 0x3c000000: 2^-60 <= v < 2^60 and v positive (no abs: a negative value,
+    """sinkhorn.cu div_range(v) < 0x3c000000: 2^-60 <= v < 2^60 and v positive (no abs: a negative value,
     -0 included, is out of range)."""
     return (np.asarray(v, f32).view(np.uint32) - np.uint32(0x21800000)) < np.uint32(0x3C000000)
 
@@ -478,7 +478,7 @@ def _div_check(*args):
 
 
 def test_the_division_check_kernels_build_for_sm90():
-    """tools/div_check.py's kernels (div_short and the reciprocal's scaling over kernels.cu) compile: a
+    """tools/div_check.py's kernels (div_short and the reciprocal's scaling over kernels.py's SOURCE) compile: a
     build error here is a failure, not a skip."""
     sys.path.insert(0, str(TOOLS))
     import div_check

@@ -1,5 +1,5 @@
 """What the exhaustive device checks (tools/bf16_check.py, tools/div_check.py) share: their kernels built over
-kernels.cu (so they run the kernels' own functions), a launch, and the tool's ending: one line and exit 3
+kernels.py's SOURCE (so they run the kernels' own functions), a launch, and the tool's ending: one line and exit 3
 without a CUDA device, the results as JSON where asked."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin  # noqa:
 
 @contextmanager
 def check_module(kernel: str, name: str):
-    """(driver, its cuda bindings, the module of kernels.cu + `kernel`), unloaded on leaving."""
+    """(driver, its cuda bindings, the module of kernels.py's SOURCE + `kernel`), unloaded on leaving."""
     from decoder_shell.drivers import get_driver
     drv = get_driver("cuda", placement="emulated")
     cu = drv.cu

@@ -1,4 +1,4 @@
-"""Every pair of fp32 mantissas through the Sinkhorn's short quotient, checked against __fdiv_rn (kernels.cu).
+"""Every pair of fp32 mantissas through the Sinkhorn's short quotient, checked against __fdiv_rn (sinkhorn.cu).
 
 div_short (SINKHORN_DIV_SHORT) reaches a / b one dependent FMA sooner than rcp_newton + div_fast: the first
 estimate a * y0 is refined beside the reciprocal instead of after it. The lanes-fast Sinkhorn divides only
@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from device_checks import check_module, launch, results_or_exit  # noqa: E402
 
 KERNEL = r"""
-// A near miss (not in kernels.cu): the correction applied to the first estimate itself, q1 + (a - b*q1)*y1,
+// A near miss (not in sinkhorn.cu): the correction applied to the first estimate itself, q1 + (a - b*q1)*y1,
 // MUFU + FMUL + 2 FMAs on the chain. Right on a million random pairs with any of three reciprocals (the CPU's
 // test), wrong on 20,581 of the 2^46 mantissa pairs here (H200, 2026-12-04): what only the whole check finds.
 __device__ __forceinline__ float div_shorter(float a, float b, float y0) {
@@ -73,7 +73,7 @@ extern "C" __global__ void rcp_scaling(unsigned long long* count) {
 CHUNK = 1 << 15  # denominators a launch
 
 
-FORMS = {"short": 0, "shorter": 2}  # the quotient checked: kernels.cu div_short, or the near miss above
+FORMS = {"short": 0, "shorter": 2}  # the quotient checked: sinkhorn.cu div_short, or the near miss above
 
 
 def run(denominators: int = 1 << 23, form: str = "short") -> dict:
@@ -125,7 +125,7 @@ def main():
     ap.add_argument("--json", type=Path)
     ap.add_argument("--denominators", type=int, default=1 << 23, help="the first N of the 2^23 mantissas")
     ap.add_argument("--form", choices=sorted(FORMS), default="short",
-                    help="the quotient: div_short (kernels.cu) or the near miss div_shorter (exit 1)")
+                    help="the quotient: div_short (sinkhorn.cu) or the near miss div_shorter (exit 1)")
     args = ap.parse_args()
     if not 0 < args.denominators <= 1 << 23:
         print(f"div_check: --denominators {args.denominators}: must be in 1 .. {1 << 23}", file=sys.stderr)

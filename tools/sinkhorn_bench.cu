@@ -1,5 +1,5 @@
 // Micro-benchmark of the persistent cycle's post/comb chain (tools/sinkhorn_bench.py), appended to
-// kernels.cu + persistent.cu and built once per SINKHORN_FORM. One warp per block, two rows per warp
+// the driver's sources (kernels.py SOURCE) + persistent.cu and built once per SINKHORN_FORM. One warp per block, two rows per warp
 // (16 lanes a row, as post_comb_from and comb_rows run them). Lane 0 reads clock64 around each piece;
 // each piece ends in a volatile add that reads its result, so the stamp after it waits for the result.
 // The outputs (comb from logits, post and comb from partials, quotients) are checked bit-for-bit on

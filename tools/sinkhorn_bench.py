@@ -2,7 +2,7 @@
 
 The persistent cycle's critical chain at the start of a step is warp 0's: the producer's partials,
 block_mix, the sigmoid, the softmax and 39 dependent Sinkhorn half-iterations. This tool times each
-piece inside one warp with clock64 (tools/sinkhorn_bench.cu, built on kernels.cu + persistent.cu once
+piece inside one warp with clock64 (tools/sinkhorn_bench.cu, built on kernels.py's SOURCE + persistent.cu once
 per SINKHORN_FORM: `lanes`, `regs`, `regs-shared`, `lanes-fast`), plus the atoms of a half-iteration (a division
 alone, a division by a shared reciprocal, a shuffle round, pexp, the ring fold), the chain again in a
 128-thread block whose four warps have just issued a unit's 128 weight loads each (as in the persistent

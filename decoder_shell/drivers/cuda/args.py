@@ -1,4 +1,4 @@
-"""ctypes mirrors of the kernel argument structs in kernels.cu (passed by value, one per launch)."""
+"""ctypes mirrors of the kernel argument structs in the driver's .cu files (passed by value, one per launch)."""
 
 from __future__ import annotations
 

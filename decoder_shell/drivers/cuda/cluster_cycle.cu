@@ -1,8 +1,8 @@
 // decoder-shell cluster cycle: the whole cycle as one resident kernel of 16-block thread-block
-// clusters, one cluster per (rank, row group). Appended to kernels.cu + persistent.cu (PStep, the
+// clusters, one cluster per (rank, row group). Appended to the driver's sources + persistent.cu (PStep, the
 // step table, globaltimer, ld_relaxed) and to its pieces, one job a file (cluster_cycle.py's
 // CLUSTER_SOURCES: cluster_sync.cu, _fold, _join, _weights, _dots, _exchange, _stream); this file holds
-// the roles of B and the kernel. The arithmetic is kernels.cu's (sinkhorn_lane, psigmoid, ring_fold,
+// the roles of B and the kernel. The arithmetic is theirs (sinkhorn_lane, psigmoid, ring_fold,
 // f2bf) in the contracts' order. cluster_cycle.py encodes the table and launches it.
 //
 // Why clusters: within a phase the only serial chain of the replay is per (rank, row): streams ->

@@ -103,7 +103,7 @@ def source(q: int, rpc: int, threads: int = THREADS, ranks: int = 4) -> tuple[st
                f'extern "C" __global__ void __launch_bounds__({threads}, 1) {entry}(const CArgs p) '
                f'{{ cluster_cycle<{q}, {rpc}, {threads}, {ranks}>(p); }}\n')
     # the Sinkhorn loop unrolled, the largest build's fold over more than 4 ranks spills at 512 threads
-    # (128 registers): that build keeps it rolled (kernels.cu SINKHORN_UNROLL)
+    # (128 registers): that build keeps it rolled (sinkhorn.cu SINKHORN_UNROLL)
     rolled = "#define SINKHORN_UNROLL 1\n" if rpc == max(RPC_BUILDS) and ranks > 4 and threads > 256 else ""
     return rolled + SOURCE + PERSISTENT_SOURCE + CLUSTER_SOURCE + wrapper, entry
 

@@ -64,7 +64,7 @@ struct FoldTo {
   void* out;  // the all-reduce's output
 };
 __device__ __forceinline__ FoldTo fold_to(const MhcArgs& a) { return FoldTo{a.ring, a.ar_out}; }
-// ring_fold_ordered's additions and roundings (kernels.cu) for a fold whose dtype is the build's (BF), with its
+// ring_fold_ordered's additions and roundings (allreduce.cu) for a fold whose dtype is the build's (BF), with its
 // branches as selects: a thread's elements then fold side by side instead of one after the other (each of
 // ring_fold_ordered's steps branches on the ring's fields). Where the ring has fewer ranks than the build's R,
 // the steps past them leave the sum as it is, as there.

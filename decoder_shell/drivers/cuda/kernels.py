@@ -19,8 +19,10 @@ from . import moe
 from .nvrtc import EXACT_FLAGS, FMA_FLAGS, compile_cubin, cuda_include_dirs
 from .variants import BASELINE, Node, Variant
 
-#: Source files of the driver's module, in compile order (kernels.cu first: the shared helpers).
-SOURCES = ("kernels.cu", "rmsnorm.cu")
+#: Source files of the driver's module, in compile order, one job a file (kernels.cu first: the exactness macros, bf16,
+#: ordering and the shared arithmetic every other file builds on, the MoE module too; then the ring all-reduce, the
+#: Sinkhorn's forms, the mHC boundary kernels, their cluster form, the RMSNorm).
+SOURCES = ("kernels.cu", "allreduce.cu", "sinkhorn.cu", "mhc.cu", "mhc_cluster.cu", "rmsnorm.cu")
 #: Entry points that are not template instances, looked up by name in the exact build.
 ENTRIES = ("allreduce_kernel", "empty_kernel", "copy_kernel", "epoch_kernel", "sinkhorn_kernel", "rmsnorm_kernel")
 SOURCE = "".join(Path(__file__).with_name(f).read_text() for f in SOURCES)
@@ -29,14 +31,14 @@ NOUT = {"mhc_pre": 24, "mhc_post_pre": 24, "mhc_post_head": 4}
 OPNAME = {"mhc_pre": "OP_PRE", "mhc_post_pre": "OP_POST_PRE", "mhc_post_head": "OP_POST_HEAD"}
 
 
-#: Forms of the Sinkhorn (kernels.cu SINKHORN_FORM), all bit-identical: `lanes` one comb entry per lane
+#: Forms of the Sinkhorn (sinkhorn.cu SINKHORN_FORM), all bit-identical: `lanes` one comb entry per lane
 #: with shuffled sums and __fdiv_rn, `lanes-fast` (the default) the same with __fdiv_rn's fast path and
 #: no branch on the chain (the lane form made again where an operand leaves its range), `regs` the whole
 #: comb in each lane's registers, `regs-shared` the same with each sum's reciprocal shared by its
 #: quotients. DECODER_SHELL_CUDA_SINKHORN picks one for both the graph kernels and the persistent
 #: cycles, so one run can time them side by side.
 SINKHORN_FORMS = {"lanes": 0, "regs": 1, "regs-shared": 2, "lanes-fast": 3}
-DEFAULT_SINKHORN = "lanes-fast"  # kernels.cu's SINKHORN_FORM without a flag
+DEFAULT_SINKHORN = "lanes-fast"  # sinkhorn.cu's SINKHORN_FORM without a flag
 
 
 def sinkhorn_flags() -> tuple[str, ...]:

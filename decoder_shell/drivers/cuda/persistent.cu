@@ -1,6 +1,7 @@
 // decoder-shell persistent cycle: one resident cooperative grid walks the whole cycle's step list
-// from device memory (drivers/cuda/persistent.py encodes it). Appended to kernels.cu, whose device
-// functions define the contract's bits: lane_streams / stream_value (hc_post and the stream values),
+// from device memory (drivers/cuda/persistent.py encodes it). Appended to the driver's sources
+// (kernels.py SOURCE: kernels.cu, allreduce.cu, sinkhorn.cu, mhc.cu, ...), whose device functions
+// define the contract's bits: lane_streams / stream_value (hc_post and the stream values),
 // lane_dots (the lane order of the projection), the warp/tree4/block_mix tree, psigmoid, sinkhorn_lane
 // and ring_fold (the all-reduce family). Nothing here does arithmetic of its own beyond calling them
 // in the same order as the graph kernels.

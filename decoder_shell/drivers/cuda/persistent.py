@@ -1,7 +1,7 @@
 """The persistent cycle: every emulated rank's whole cycle as one resident cooperative kernel.
 
-Instead of a graph of ~1,000 nodes, one kernel (persistent.cu, on top of kernels.cu's device
-functions) walks the step list (steps.py) from device memory, the steps separated by grid barriers
+Instead of a graph of ~1,000 nodes, one kernel (persistent.cu, on top of the device
+functions of kernels.py's SOURCE) walks the step list (steps.py) from device memory, the steps separated by grid barriers
 on a 64-bit counter that only grows. The grid is sized to be co-resident (occupancy API) and launched
 cooperatively, so a barrier cannot wait on a block that never started; where the device cannot hold
 it the load is refused with one line. A barrier that does not complete within the watchdog timeout
