@@ -74,6 +74,14 @@ __device__ __forceinline__ int chain_of(int w, int i) { return w + NW * i; }
                       // thread at B's start, as it arrives. With 0 the gain of CL_B_HALF is the two changes together;
                       // 1 and 2 measure the roles on half the warps with the prefetches issued (not yet timed)
 #endif
+#ifndef CL_PF_B_MIN_R
+#define CL_PF_B_MIN_R 3  // the fewest ranks at which a build issues B's L2 prefetches (prefetches_b: the partial sum two
+                         // steps ahead, the weights three ahead); with fewer, none (thirty-fifth session, H100, two
+                         // alternating rounds against every build issuing them, CL_NO_PF_B: TP2 M=1/2 0.407 / 0.442-0.443
+                         // against 0.432-0.434 / 0.465-0.466 ms, TP1 M=1/2 0.409 / 0.430 against 0.418-0.419 / 0.445-0.446;
+                         // at four ranks none is slower, M=1/4/8 0.433-0.434 / 0.639-0.644 / 0.898-0.899 against
+                         // 0.430-0.431 / 0.600 / 0.880)
+#endif
 #ifndef CL_B_LOAD
 #define CL_B_LOAD 0  // diagnosis (1, in CL_B_HALF's builds): warps 8-15 run one row's dot products during B (twice
                      // dots_by_lanes over the step's weights and the first row's stream values, chain groups 0-3 then
@@ -185,6 +193,7 @@ __device__ void cluster_cycle(const CArgs& p) {
                             : 32 * (ISN > 0 && (NW / 4) * (4 - ISN) < NW - NSK ? (NW / 4) * (4 - ISN) : NW - NSK);
   constexpr int NE = (RPC * Q * CL_LANES + NH_MIN - 1) / NH_MIN;
   constexpr int PF_T = BH && CL_PF_B_BH == 1 ? 32 * (NW / 2) - 1 : NT - 1;  // the thread of B's prefetches (CL_PF_B_BH)
+  constexpr bool PFB = R >= CL_PF_B_MIN_R;  // (CL_PF_B_MIN_R) B's prefetches issued at all
   // packed words (three bf16 values each) a helper thread publishes and folds; registers of its own values and
   // first ranks: NE (one a value), or three a packed word
   constexpr int NW3 = ((RPC * Q * CL_LANES + 2) / 3 + NH_MIN - 1) / NH_MIN;
@@ -334,7 +343,7 @@ __device__ void cluster_cycle(const CArgs& p) {
       base0 = A.base[(po ? HC : 0) + mv % HC];
     }
     // the prefetches of B (a later step's partial sum and weights): their addresses loaded now, by a helper
-    const PartFetch pf = work && t == PF_T ? part_fetch(p, s + CL_PART_AHEAD, r, s + CL_LOOKAHEAD) : PartFetch{};
+    const PartFetch pf = PFB && work && t == PF_T ? part_fetch(p, s + CL_PART_AHEAD, r, s + CL_LOOKAHEAD) : PartFetch{};
     // the next step's arguments and header: loaded into registers now, stored into shared memory after A
     // (the L2 round trip overlaps C and A instead of lengthening the exchange)
     u64 nx_w = 0;
@@ -558,7 +567,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     // barrier: the Sinkhorn starts as soon as its own rows' mixes are made)
     if (ll && !helper) cluster_arrive_relaxed();  // warps that make no y arrive at the rank's barrier at once
                                                   // (relaxed: they publish nothing through it)
-    if (BH && CL_PF_B_BH == 2 && t == NT - 1 && s + 1 < p.nsteps) prefetches_b<Q>(pf, p.groups, g, b);
+    if (BH && PFB && CL_PF_B_BH == 2 && t == NT - 1 && s + 1 < p.nsteps) prefetches_b<Q>(pf, p.groups, g, b);
     if (w < nsk) {
       const int mi = 2 * w + hf, mic = min(mi, nrows - 1);
       mbar_wait_cluster(&xbar[buf], (s >> 1) & 1, p.err, p.timeout_ns, s);
@@ -623,7 +632,7 @@ __device__ void cluster_cycle(const CArgs& p) {
 #else
         cluster_arrive_relaxed();
 #endif
-        if (t == PF_T) prefetches_b<Q>(pf, p.groups, g, b);
+        if (PFB && t == PF_T) prefetches_b<Q>(pf, p.groups, g, b);
         cluster_wait_any();
         if (ht == 0) dstamp(dh, 7);
         const bool bfw = A1.ring.is_bf16;
@@ -688,7 +697,7 @@ __device__ void cluster_cycle(const CArgs& p) {
           asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" :: "l"(p.join + s), "l"(1ull) : "memory");
 #endif
         if (s + 1 < p.nsteps) {
-          if (t == PF_T) prefetches_b<Q>(pf, p.groups, g, b);  // (a helper: nsk <= 4 of 8 or 16 warps)
+          if (PFB && t == PF_T) prefetches_b<Q>(pf, p.groups, g, b);  // (a helper: nsk <= 4 of 8 or 16 warps)
           // the fold's first ranks while the join waits (the poller, helper thread 0, takes no part)
           if (work && nh_[2] && ht > 0)
             load_order<Q>(ordg, A1.D, nrow0, nn, L0, ord_s, ht - 1, nh - 1);
