@@ -215,25 +215,25 @@ def test_b_roles_on_half_the_warps_in_the_two_row_build_of_four_ranks_only(rpc, 
         assert cubin("CL_B_HALF=3", 2) == cubin("CL_B_HALF=0", 2)
 
 
-@pytest.mark.parametrize("ranks", [1, 2, 4])
-def test_b_prefetches_only_at_more_than_two_ranks(ranks, tmp_path, monkeypatch):
-    """CL_PF_B_MIN_R=3 (the default): builds of one and two ranks issue no L2 prefetch in B, and are the cubins
-    measured as CL_NO_PF_B with prefetches on everywhere (CL_PF_B_MIN_R=1) byte for byte; builds of four ranks are
-    CL_PF_B_MIN_R=1's."""
+@pytest.mark.parametrize("ranks,rpc", [(1, 2), (2, 1), (2, 4), (4, 2)])
+def test_no_b_prefetches_at_one_and_two_ranks_and_rows(ranks, rpc, tmp_path, monkeypatch):
+    """CL_PF_B_OFF_ROWS=3 (the default): builds of one and two ranks and one and two rows issue no L2 prefetch in B,
+    and are the cubins measured as CL_NO_PF_B byte for byte; every other build is CL_PF_B_OFF_ROWS=0's."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
     from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
 
     def cubin(defines: str) -> bytes:
         monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
-        src, entry = source(4, 2, THREADS, ranks)
+        src, entry = source(4, rpc, THREADS, ranks)
         out = compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
         assert entry.encode() in out
         return out
 
-    default, every = cubin(""), cubin("CL_PF_B_MIN_R=1")
-    assert default == (every if ranks > 2 else cubin("CL_PF_B_MIN_R=1 CL_NO_PF_B"))
-    assert (default != every) == (ranks <= 2)
+    off = ranks <= 2 and rpc <= 2
+    default, every = cubin(""), cubin("CL_PF_B_OFF_ROWS=0")
+    assert default == (cubin("CL_PF_B_OFF_ROWS=0 CL_NO_PF_B") if off else every)
+    assert (default != every) == off
 
 
 def _elem_of(i: np.ndarray, block: int, q: int) -> np.ndarray:
