@@ -63,7 +63,7 @@ __device__ __forceinline__ int chain_of(int w, int i) { return w + NW * i; }
                      // issues B's L2 prefetches (prefetches_b) as a helper, issues none there, as CL_NO_PF_B. Fewer
                      // warps issue beside the Sinkhorn warp's chain and the fold still ends in time (thirty-fourth
                      // session, H100, five alternating runs: TP4 M=2 0.471-0.474 against 0.478-0.479 ms, the Sinkhorn warp
-                     // 2.11 against 2.24 us; which of the two changes gives it is not measured apart; TP4 M=1
+                     // 2.11 against 2.24 us; both changes pay: CL_PF_B_BH; TP4 M=1
                      // 0.434-0.436 against 0.432-0.433 and TP2 M=1/2 0.447-0.448 / 0.466-0.468 against 0.432-0.434 /
                      // 0.463, where the isolation applies instead: two rows at more than two ranks only). 0: none.
 #endif
@@ -71,8 +71,9 @@ __device__ __forceinline__ int chain_of(int w, int i) { return w + NW * i; }
 #define CL_PF_B_BH 0  // tuning (in CL_B_HALF's builds): who issues B's L2 prefetches (prefetches_b). 0: the block's last
                       // thread, idle in B there, so none (the measured default); 1: the last helper's last thread, where
                       // the other builds' helper issues them (after y, at the rank's barrier); 2: the block's last
-                      // thread at B's start, as it arrives. With 0 the gain of CL_B_HALF is the two changes together;
-                      // 1 and 2 measure the roles on half the warps with the prefetches issued (not yet timed)
+                      // thread at B's start, as it arrives. Both slower (thirty-fifth session, H100, three alternating
+                      // rounds: TP4 M=2 0.471-0.472 / 0.473-0.474 against 0.468-0.470 ms; CL_B_HALF=0 0.478): both
+                      // halves of CL_B_HALF's change pay
 #endif
 #ifndef CL_PF_B_OFF_ROWS
 #define CL_PF_B_OFF_ROWS 3  // the row counts (a mask: 1, 2, 4, 8) whose builds of one or two ranks issue no L2 prefetch in
