@@ -17,6 +17,13 @@ static_assert(HC == 4, "the stream values' NaN test and pairs are written out fo
 // Stream k's values of N lanes (one or two a thread) in the contract's order: the residual mixed by comb's column k,
 // stream by stream, then post_k x added, the lanes' operations side by side (every form of C calls it, so their
 // bits cannot drift apart; this order of the operations is the one the forms were measured with).
+// A row's post and comb as the step before made them (pc: post, then the comb), into registers.
+__device__ __forceinline__ void post_comb_of(const float (&pc)[HC + HC * HC], float (&pin)[HC], float (&cb)[HC * HC]) {
+#pragma unroll
+  for (int k = 0; k < HC; k++) pin[k] = pc[k];
+#pragma unroll
+  for (int e = 0; e < HC * HC; e++) cb[e] = pc[HC + e];
+}
 template <int N>
 __device__ __forceinline__ void stream_mix(const float (&cb)[HC * HC], const float (&res)[N][HC], const float (&pin)[HC],
                                            const float (&x)[N], int k, float (&v)[N][HC]) {
@@ -52,10 +59,7 @@ __device__ __forceinline__ void stream_values_of(const MhcArgs& A, int row0, int
       if (CASE == SV_CARRIED) {
 #pragma unroll
         for (int j = 0; j < HC; j++) res[0][j] = sv[sl.mi][j * Q + sl.q][sl.l];
-#pragma unroll
-        for (int k = 0; k < HC; k++) pin[k] = pc[sl.mi][k];
-#pragma unroll
-        for (int e = 0; e < HC * HC; e++) cb[e] = pc[sl.mi][HC + e];
+        post_comb_of(pc[sl.mi], pin, cb);
       } else {
         const int m = row0 + sl.mi;
         const bf16_t* rp = residual + (size_t)m * HC * D + sl.col;
@@ -144,10 +148,7 @@ __device__ __forceinline__ void stream_values_lane2(const MhcArgs& A, int row0, 
           const float2 r = *reinterpret_cast<const float2*>(&sv[sl.mi][j * Q + sl.q][sl.l]);
           res[0][j] = r.x, res[1][j] = r.y;
         }
-#pragma unroll
-        for (int k = 0; k < HC; k++) pin[k] = pc[sl.mi][k];
-#pragma unroll
-        for (int e = 0; e < HC * HC; e++) cb[e] = pc[sl.mi][HC + e];
+        post_comb_of(pc[sl.mi], pin, cb);
       } else {
         const int m = row0 + sl.mi;
         const bf16_t* rp = residual + (size_t)m * HC * D + sl.col;

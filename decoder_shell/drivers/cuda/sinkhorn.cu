@@ -46,14 +46,23 @@ __device__ __forceinline__ void sinkhorn_regs(float (&c)[HC * HC], float eps, in
 // 4x4 comb, and row/column sums gather their 4 values with shuffles and add them left to right
 // (SINKHORN_FORM 0), or every lane gathers the whole comb after the softmax and runs sinkhorn_regs.
 // Every lane of the warp must call it.
-__device__ __forceinline__ float sinkhorn_shuffled(float c, int j, int k, unsigned rowbase, float eps, int iters) {
+// The softmax's front for the comb entry (j, k) this lane owns: exp(c - its row's max) (the return) and the row's
+// sum of those (s), four shuffles each, added left to right.
+__device__ __forceinline__ float softmax_lane(float c, int j, unsigned rowbase, float& s) {
   float c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0), c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
   float c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2), c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
   const float mx = fmaxf(fmaxf(c0, c1), fmaxf(c2, c3));
   c = pexp(SUB(c, mx));
   c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0); c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
   c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2); c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
-  c = ADD(DIV(c, ADD(ADD(ADD(c0, c1), c2), c3)), eps);
+  s = ADD(ADD(ADD(c0, c1), c2), c3);
+  return c;
+}
+
+__device__ __forceinline__ float sinkhorn_shuffled(float c, int j, int k, unsigned rowbase, float eps, int iters) {
+  float s;
+  c = softmax_lane(c, j, rowbase, s);
+  c = ADD(DIV(c, s), eps);
 #ifdef ABL_NO_SINKHORN
   iters = 0;
 #endif
@@ -155,13 +164,8 @@ __device__ __forceinline__ float fast_half(float c, unsigned b0, unsigned st, fl
 }
 __device__ __forceinline__ float sinkhorn_fast(float c, int j, int k, unsigned rowbase, float eps, int iters) {
   const float logit = c;
-  float c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0), c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
-  float c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2), c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
-  const float mx = fmaxf(fmaxf(c0, c1), fmaxf(c2, c3));
-  c = pexp(SUB(c, mx));
-  c0 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 0); c1 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 1);
-  c2 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 2); c3 = __shfl_sync(0xffffffffu, c, rowbase + j * 4 + 3);
-  float s = ADD(ADD(ADD(c0, c1), c2), c3);
+  float s;
+  c = softmax_lane(c, j, rowbase, s);
   unsigned worst = max(div_range(s), div_range(c));
   c = ADD(div_lane(c, s), eps);
 #ifdef ABL_NO_SINKHORN
