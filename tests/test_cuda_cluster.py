@@ -216,9 +216,9 @@ def test_b_roles_on_half_the_warps_in_the_two_row_build_of_four_ranks_only(rpc, 
 
 
 @pytest.mark.parametrize("ranks,rpc", [(1, 2), (2, 1), (2, 4), (4, 2)])
-def test_no_b_prefetches_at_one_and_two_ranks_and_rows(ranks, rpc, tmp_path, monkeypatch):
-    """CL_PF_B_OFF_ROWS=3 (the default): builds of one and two ranks and one and two rows issue no L2 prefetch in B,
-    and are the cubins measured as CL_NO_PF_B byte for byte; every other build is CL_PF_B_OFF_ROWS=0's."""
+def test_b_prefetches_only_at_more_than_two_ranks(ranks, rpc, tmp_path, monkeypatch):
+    """CL_PF_B_MIN_R=3 (the default): builds of one and two ranks issue no L2 prefetch in B, and are the cubins
+    measured as CL_NO_PF_B byte for byte; the builds of more ranks are CL_PF_B_MIN_R=1's (every build issues them)."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
     from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
@@ -230,10 +230,9 @@ def test_no_b_prefetches_at_one_and_two_ranks_and_rows(ranks, rpc, tmp_path, mon
         assert entry.encode() in out
         return out
 
-    off = ranks <= 2 and rpc <= 2
-    default, every = cubin(""), cubin("CL_PF_B_OFF_ROWS=0")
-    assert default == (cubin("CL_PF_B_OFF_ROWS=0 CL_NO_PF_B") if off else every)
-    assert (default != every) == off
+    default, every = cubin(""), cubin("CL_PF_B_MIN_R=1")
+    assert default == (cubin("CL_PF_B_MIN_R=1 CL_NO_PF_B") if ranks <= 2 else every)
+    assert (default != every) == (ranks <= 2)
 
 
 def _elem_of(i: np.ndarray, block: int, q: int) -> np.ndarray:

@@ -75,14 +75,14 @@ __device__ __forceinline__ int chain_of(int w, int i) { return w + NW * i; }
                       // rounds: TP4 M=2 0.471-0.472 / 0.473-0.474 against 0.468-0.470 ms; CL_B_HALF=0 0.478): both
                       // halves of CL_B_HALF's change pay
 #endif
-#ifndef CL_PF_B_OFF_ROWS
-#define CL_PF_B_OFF_ROWS 3  // the row counts (a mask: 1, 2, 4, 8) whose builds of one or two ranks issue no L2 prefetch in
-                            // B (prefetches_b: the partial sum two steps ahead, the weights three ahead). There they cost
-                            // more than they save (thirty-fifth session, H100, two alternating rounds against every
-                            // build issuing them, CL_NO_PF_B: TP2 M=1/2 0.407 / 0.442-0.443 against 0.432-0.434 /
-                            // 0.465-0.466 ms, TP1 M=1/2 0.409 / 0.430 against 0.418-0.419 / 0.445-0.446); at four ranks
-                            // none is slower (M=1/4/8 0.433-0.434 / 0.639-0.644 / 0.898-0.899 against 0.430-0.431 / 0.600
-                            // / 0.880), and one or two ranks at four and eight rows were not measured. 0: every build.
+#ifndef CL_PF_B_MIN_R
+#define CL_PF_B_MIN_R 3  // the fewest ranks at which a build issues B's L2 prefetches (prefetches_b: the partial sum two
+                         // steps ahead, the weights three ahead); with fewer they cost more than they save (thirty-fifth
+                         // session, H100, against every build issuing them; with none the cubins are CL_NO_PF_B's: TP1
+                         // M=1/2/4/8 0.408 / 0.429 / 0.456-0.458 / 0.508-0.512 against 0.417 / 0.445 / 0.492-0.493 /
+                         // 0.584-0.595 ms, TP2 0.403 / 0.436-0.438 / 0.521 / 0.602 against 0.420 / 0.461 / 0.567-0.576 /
+                         // 0.621-0.622); at four ranks none is slower (M=1/4/8 0.433-0.434 / 0.639-0.644 / 0.898-0.899
+                         // against 0.430-0.431 / 0.600 / 0.880). 1: every build.
 #endif
 #ifndef CL_B_LOAD
 #define CL_B_LOAD 0  // diagnosis (1, in CL_B_HALF's builds): warps 8-15 run one row's dot products during B (twice
@@ -195,7 +195,7 @@ __device__ void cluster_cycle(const CArgs& p) {
                             : 32 * (ISN > 0 && (NW / 4) * (4 - ISN) < NW - NSK ? (NW / 4) * (4 - ISN) : NW - NSK);
   constexpr int NE = (RPC * Q * CL_LANES + NH_MIN - 1) / NH_MIN;
   constexpr int PF_T = BH && CL_PF_B_BH == 1 ? 32 * (NW / 2) - 1 : NT - 1;  // the thread of B's prefetches (CL_PF_B_BH)
-  constexpr bool PFB = !(R <= 2 && (CL_PF_B_OFF_ROWS & RPC) != 0);  // B's prefetches issued at all (CL_PF_B_OFF_ROWS)
+  constexpr bool PFB = R >= CL_PF_B_MIN_R;  // B's prefetches issued at all (CL_PF_B_MIN_R)
   // packed words (three bf16 values each) a helper thread publishes and folds; registers of its own values and
   // first ranks: NE (one a value), or three a packed word
   constexpr int NW3 = ((RPC * Q * CL_LANES + 2) / 3 + NH_MIN - 1) / NH_MIN;
