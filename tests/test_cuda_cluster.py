@@ -32,6 +32,8 @@ def _layout_asserts() -> str:
 
 
 def test_every_piece_of_the_kernel_source_is_joined_once_and_the_kernel_last():
+    """CLUSTER_SOURCES names every cluster_*.cu file beside it once, the kernel last, in the order a build
+    joins them: a piece left out of the tuple would be a file no build reads."""
     here = Path(cc.__file__).parent
     assert sorted(CLUSTER_SOURCES) == sorted(p.name for p in here.glob("cluster_*.cu"))
     assert len(set(CLUSTER_SOURCES)) == len(CLUSTER_SOURCES) and CLUSTER_SOURCES[-1] == "cluster_cycle.cu"

@@ -569,7 +569,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     // barrier: the Sinkhorn starts as soon as its own rows' mixes are made)
     if (ll && !helper) cluster_arrive_relaxed();  // warps that make no y arrive at the rank's barrier at once
                                                   // (relaxed: they publish nothing through it)
-    if (BH && PFB && CL_PF_B_BH == 2 && t == NT - 1 && s + 1 < p.nsteps) prefetches_b<Q>(pf, p.groups, g, b);
+    if (BH && CL_PF_B_BH == 2 && t == NT - 1 && s + 1 < p.nsteps) prefetches_b<Q>(pf, p.groups, g, b);
     if (w < nsk) {
       const int mi = 2 * w + hf, mic = min(mi, nrows - 1);
       mbar_wait_cluster(&xbar[buf], (s >> 1) & 1, p.err, p.timeout_ns, s);
