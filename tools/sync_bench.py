@@ -34,7 +34,10 @@ MODES = {0: "block barrier (512 threads)", 1: "rank barrier (cluster arrive.rela
          3: "flag-and-data join between ranks (publish, fold_ll's polls) + block barrier",
          4: "rank barrier + flag-and-data join (the cycle's join)",
          5: "exchange + rank barrier + join (a step's meetings)",
-         6: "one word a rank, one thread a rank (the least a cross-rank join costs)"}
+         6: "one word a rank, one thread a rank (the least a cross-rank join costs)",
+         8: "exchange as flag-and-data words (st.relaxed.cluster, polled, no mbarrier) + block barrier",
+         9: "exchange as one bulk copy a receiver (cp.async.bulk shared::cluster, mbarrier) + 2 block barriers",
+         10: "exchange in two hops (piece j to block j, summed there, pushed to all 16) + 2 block barriers"}
 Q, THREADS = 4, 512
 
 
