@@ -237,25 +237,6 @@ def test_b_prefetches_only_at_more_than_two_ranks(ranks, rpc, tmp_path, monkeypa
     assert (default != every) == (ranks <= 2)
 
 
-
-@pytest.mark.parametrize("rpc", [2, 4])
-def test_the_two_hop_exchange_builds_only_for_one_and_two_rows(rpc, tmp_path, monkeypatch):
-    """CL_XHOP2=3 (a tuning define) exchanges the partials in two hops in the builds of one and two rows (13 pieces at
-    most, one a block); the builds of four rows, whose pieces outnumber the blocks, are the default's cubins byte
-    for byte."""
-    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
-    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
-    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
-
-    def cubin(defines: str) -> bytes:
-        monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
-        src, entry = source(4, rpc, THREADS, 4)
-        out = compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
-        assert entry.encode() in out
-        return out
-
-    assert (cubin("") != cubin("CL_XHOP2=3")) == (rpc <= 2)
-
 def _elem_of(i: np.ndarray, block: int, q: int) -> np.ndarray:
     """cluster_fold.cu elem_of for row0 = 0: slice element i of block `block` -> its index in a [rows][1024 q]."""
     return (i // (q * 64)) * (q * 1024) + 64 * block + i % 64 + ((i // 64) % q) * 1024

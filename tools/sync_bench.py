@@ -30,7 +30,7 @@ from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin  # noqa:
 
 BENCH_SOURCE = Path(__file__).with_name("sync_bench.cu").read_text()
 MODES = {0: "block barrier (512 threads)", 1: "rank barrier (cluster arrive.relaxed + wait.acquire)",
-         2: "partials' exchange (st.async into 16 blocks, mbarrier wait) + block barrier",
+         2: "partials' exchange (st.async into 16 blocks, mbarrier wait) + 2 block barriers",
          3: "flag-and-data join between ranks (publish, fold_ll's polls) + block barrier",
          4: "rank barrier + flag-and-data join (the cycle's join)",
          5: "exchange + rank barrier + join (a step's meetings)",

@@ -194,7 +194,6 @@ __device__ void cluster_cycle(const CArgs& p) {
   constexpr int NH_MIN = BH ? 32 * (NW / 2 - NSK)
                             : 32 * (ISN > 0 && (NW / 4) * (4 - ISN) < NW - NSK ? (NW / 4) * (4 - ISN) : NW - NSK);
   constexpr int NE = (RPC * Q * CL_LANES + NH_MIN - 1) / NH_MIN;
-  constexpr bool XH = (CL_XHOP2 & RPC) != 0 && RPC <= 2;  // the exchange in two hops (CL_XHOP2; 13 pieces at most)
   constexpr int PF_T = BH && CL_PF_B_BH == 1 ? 32 * (NW / 2) - 1 : NT - 1;  // the thread of B's prefetches (CL_PF_B_BH)
   constexpr bool PFB = R >= CL_PF_B_MIN_R;  // B's prefetches issued at all (CL_PF_B_MIN_R)
   // packed words (three bf16 values each) a helper thread publishes and folds; registers of its own values and
@@ -204,9 +203,6 @@ __device__ void cluster_cycle(const CArgs& p) {
   __shared__ __align__(16) float sv[RPC][HC * Q][CL_LANES];   // this block's stream values (fp32 of the bf16), element order u
   __shared__ float xs[RPC][Q][CL_LANES];        // x of the next step (folded)
   __shared__ u64 xbar[2];                       // the exchange of step s is complete: xbar[s & 1]
-  // (CL_XHOP2) the sums of every piece of step s at [s & 1], complete on xbar2[s & 1]; xbar: block b's piece b is in
-  __shared__ __align__(16) float xsum[XH ? 2 : 1][XH ? cl_partials_floats<Q, RPC>() : 4];
-  __shared__ u64 xbar2[XH ? 2 : 1];
   constexpr int PS = cl_partials_floats<Q, RPC>();  // floats of one block's partials of a step (rows x 25, padded)
   // this block's partials: [row * 25 + chain] (0: sum of squares, 1 + o); BY_LANES: of its two lane halves
   __shared__ __align__(16) float halves[BY_LANES ? 2 : 1][PS];
@@ -259,10 +255,6 @@ __device__ void cluster_cycle(const CArgs& p) {
       init_cluster_mbarriers(bars, 4);
     }
     if (CL_WARP_STAMPS && t < 4) arr_s[t] = t == 3 ? ~0ull : 0ull;
-    if constexpr (XH) {
-      u64* const bars[2] = {&xbar2[0], &xbar2[1]};
-      init_cluster_mbarriers(bars, 2);
-    }
   }
   CL_PRO_STAMP(1, &xbar[0]);
 
@@ -365,14 +357,7 @@ __device__ void cluster_cycle(const CArgs& p) {
     }
     // this step's exchange: every block pushes its nrows * 25 partials (16-byte pieces) into each of the 16
     const int npieces = (nrows * CL_CHAINS + 3) / 4;
-    if constexpr (XH) {
-      if (t == 0) {
-        mbar_expect(&xbar[buf], b < npieces ? CL_SIZE * 16 : 0);  // (a block past the pieces: the phase at once)
-        mbar_expect(&xbar2[buf], npieces * 16);
-      }
-    } else {
-      if (t == 0) mbar_expect(&xbar[buf], CL_SIZE * npieces * 16);
-    }
+    if (t == 0) mbar_expect(&xbar[buf], CL_SIZE * npieces * 16);
     // C: stream values of this step for the block's columns
 #ifndef CL_C_SKIP  // timing ablation: no stream values at all (inexact)
 #ifdef CL_C_TWICE  // timing ablation: the stream values made twice by the same code (the second pass with its
@@ -554,12 +539,7 @@ __device__ void cluster_cycle(const CArgs& p) {
         ll ? reinterpret_cast<unsigned*>(p.ll + (size_t)2 * R * p.ll_stride) + (size_t)(s & 1) * R * p.ll_stride : nullptr;
     // X: the block's partials pushed into every block of the cluster, a 16-byte piece a lane (warp 0 to all 16 in
     // the builds of CL_PUSH_W0's row counts, else warp w to blocks w, w + NW, ...)
-    if constexpr (XH) {
-      // (CL_XHOP2) the first hop: lane j of warp 0 pushes piece j to block j
-      if (w == 0 && lane < npieces)
-        push_dsmem(dsmem_addr(&recv[buf][b][0], lane) + 16 * lane, exchange_piece<BY_LANES, PS>(halves, lane),
-                   dsmem_addr(&xbar[buf], lane));
-    } else if constexpr ((CL_PUSH_W0 & RPC) != 0) {
+    if constexpr ((CL_PUSH_W0 & RPC) != 0) {
       // (CL_PUSH_W0) warp 0 pushes every piece to every block: lane j makes piece j once and stores it into the 16
       if (w == 0)
         for (int j = lane; j < npieces; j += 32) {
@@ -590,30 +570,14 @@ __device__ void cluster_cycle(const CArgs& p) {
     if (ll && !helper) cluster_arrive_relaxed();  // warps that make no y arrive at the rank's barrier at once
                                                   // (relaxed: they publish nothing through it)
     if (BH && CL_PF_B_BH == 2 && t == NT - 1 && s + 1 < p.nsteps) prefetches_b<Q>(pf, p.groups, g, b);
-    if constexpr (XH) {
-      // (CL_XHOP2) the second hop: block b < npieces sums piece b of the 16 blocks, lane d pushes it to block d
-      if (w == 0 && b < npieces) {
-        mbar_wait_cluster(&xbar[buf], (s >> 1) & 1, p.err, p.timeout_ns, s);
-        if (lane < CL_SIZE)
-          push_dsmem(dsmem_addr(&xsum[buf][0], lane) + 16 * b, exchange_piece_sum<PS>(recv[buf], b), dsmem_addr(&xbar2[buf], lane));
-      }
-    }
     if (w < nsk) {
       const int mi = 2 * w + hf, mic = min(mi, nrows - 1);
-      float ssum, dsum;
-      if constexpr (XH) {
-        mbar_wait_cluster(&xbar2[buf], (s >> 1) & 1, p.err, p.timeout_ns, s);
-        dstamp(ds, 3);
-        ssum = xsum[buf][mic * CL_CHAINS];
-        dsum = xsum[buf][mic * CL_CHAINS + 1 + 2 * HC + t16];
-      } else {
-        mbar_wait_cluster(&xbar[buf], (s >> 1) & 1, p.err, p.timeout_ns, s);
-        dstamp(ds, 3);
-        // both trees' loads before mix_scale's branches (behind them, the compiler issued the second tree's loads
-        // only after the root and the reciprocal)
-        ssum = exchange_sum<PS>(recv[buf], mic * CL_CHAINS);
-        dsum = exchange_sum<PS>(recv[buf], mic * CL_CHAINS + 1 + 2 * HC + t16);
-      }
+      mbar_wait_cluster(&xbar[buf], (s >> 1) & 1, p.err, p.timeout_ns, s);
+      dstamp(ds, 3);
+      // both trees' loads before mix_scale's branches (behind them, the compiler issued the second tree's loads
+      // only after the root and the reciprocal)
+      const float ssum = exchange_sum<PS>(recv[buf], mic * CL_CHAINS);
+      const float dsum = exchange_sum<PS>(recv[buf], mic * CL_CHAINS + 1 + 2 * HC + t16);
       const float rs = mix_scale<Q>(ssum, A.norm_eps);
       const float lg = ADD(MUL(MUL(dsum, rs), scale0), base0);
       dstamp_dep(ds, 4, lg);
@@ -631,19 +595,12 @@ __device__ void cluster_cycle(const CArgs& p) {
       }
     } else if (helper) {
       if (mixer) {  // (in synchronization-only launches too: the exchange's waiters)
-        if constexpr (XH) mbar_wait_cluster(&xbar2[buf], (s >> 1) & 1, p.err, p.timeout_ns, s);
-        else mbar_wait_cluster(&xbar[buf], (s >> 1) & 1, p.err, p.timeout_ns, s);
+        mbar_wait_cluster(&xbar[buf], (s >> 1) & 1, p.err, p.timeout_ns, s);
         if (nsk == 0) dstamp(ds, 3);
         if (work) {
           const int mi = mv / HC, h = mv % HC;
-          float ssum, dsum;
-          if constexpr (XH) {
-            ssum = xsum[buf][mi * CL_CHAINS];
-            dsum = xsum[buf][mi * CL_CHAINS + 1 + (po ? HC : 0) + h];
-          } else {
-            ssum = exchange_sum<PS>(recv[buf], mi * CL_CHAINS);
-            dsum = exchange_sum<PS>(recv[buf], mi * CL_CHAINS + 1 + (po ? HC : 0) + h);
-          }
+          const float ssum = exchange_sum<PS>(recv[buf], mi * CL_CHAINS);
+          const float dsum = exchange_sum<PS>(recv[buf], mi * CL_CHAINS + 1 + (po ? HC : 0) + h);
           const float mx = MUL(dsum, mix_scale<Q>(ssum, A.norm_eps));
           const float sg = psigmoid_rn(ADD(MUL(mx, scale0), base0));
           if (po) {

@@ -41,27 +41,6 @@ __device__ __forceinline__ float exchange_sum(const float (*rb)[PS], int idx) {
     for (int j = 0; j < CL_SIZE; j += 2 * step) v[j] = ADD(v[j], v[j + step]);
   return v[0];
 }
-// Piece j of the 16 blocks' partials (recv[.][block][4j .. 4j + 3]) summed in the contract's adjacent-pair tree,
-// each of its four chains as exchange_sum adds it (CL_XHOP2's first hop: block j's sum of piece j).
-template <int PS>
-__device__ __forceinline__ float4 exchange_piece_sum(const float (*rb)[PS], int j) {
-  float4 v[CL_SIZE];
-#pragma unroll
-  for (int k = 0; k < CL_SIZE; k++) v[k] = *reinterpret_cast<const float4*>(&rb[k][4 * j]);
-#pragma unroll
-  for (int step = 1; step < CL_SIZE; step <<= 1)
-#pragma unroll
-    for (int k = 0; k < CL_SIZE; k += 2 * step)
-      v[k] = make_float4(ADD(v[k].x, v[k + step].x), ADD(v[k].y, v[k + step].y), ADD(v[k].z, v[k + step].z),
-                         ADD(v[k].w, v[k + step].w));
-  return v[0];
-}
-#ifndef CL_XHOP2
-#define CL_XHOP2 0  // tuning, a mask of row counts (1, 2): those builds exchange in two hops. Piece j of every block's
-#endif              // partials goes to block j alone (16 pieces in), whose warp 0 sums them (exchange_piece_sum) and
-                    // pushes the sums to all 16 blocks (npieces in): 16 + npieces stores a block receives where the
-                    // one hop takes 16 x npieces; the mixes then read their sums (xsum) with no tree of their own
-
 // A row's factor of every mix from its sum of squares: 1 / sqrt(ss / N + eps) (mix = dot * it). N = HC * D is
 // 4096 Q, a power of two, so ss / N is ss * (1 / N) exactly (both round the same real number once; no flag
 // flushes subnormals), and 1 / sqrt is recip_rn (~100 cycles less than two __fdiv_rn on the chain of both
