@@ -237,6 +237,24 @@ def test_b_prefetches_only_at_more_than_two_ranks(ranks, rpc, tmp_path, monkeypa
     assert (default != every) == (ranks <= 2)
 
 
+
+def test_b_prefetches_can_be_timed_apart_where_they_are_issued(tmp_path, monkeypatch):
+    """CL_PF_B_ONLY=1 / 2 (a diagnosis) keeps only the partial sums' or only the weights' L2 prefetch in B: in the
+    four-row build of four ranks, which issues both, the three cubins differ (a define that changed nothing would time
+    nothing)."""
+    pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
+    monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+
+    def cubin(defines: str) -> bytes:
+        monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
+        src, entry = source(4, 4, THREADS, 4)
+        out = compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
+        assert entry.encode() in out
+        return out
+
+    assert len({cubin(""), cubin("CL_PF_B_ONLY=1"), cubin("CL_PF_B_ONLY=2")}) == 3
+
 def _elem_of(i: np.ndarray, block: int, q: int) -> np.ndarray:
     """cluster_fold.cu elem_of for row0 = 0: slice element i of block `block` -> its index in a [rows][1024 q]."""
     return (i // (q * 64)) * (q * 1024) + 64 * block + i % 64 + ((i // 64) % q) * 1024

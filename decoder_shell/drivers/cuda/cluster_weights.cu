@@ -123,14 +123,17 @@ __device__ __forceinline__ void prefetch_partials(const PartFetch& f, int groups
 
 // B's prefetches from the addresses loaded at the step's start: the partial sum, and (unless CL_PREFETCH_EARLY
 // issued them at the start of A) the weights CL_LOOKAHEAD steps ahead.
+#ifndef CL_PF_B_ONLY
+#define CL_PF_B_ONLY 0  // diagnosis (exact): B issues only the partial sums' prefetch (1) or only the weights' (2), to time
+#endif              // the two apart where they pay (four ranks: only their sum was measured); 0, the default, both
 template <int Q>
 __device__ __forceinline__ void prefetches_b(const PartFetch& f, int groups, int g, int b) {
 #ifdef CL_NO_PF_B  // tuning (exact): no prefetch into L2 in B (the weight copies and the fold read HBM instead)
   return;
 #endif
-  prefetch_partials(f, groups, g, b);
+  if (CL_PF_B_ONLY != 2) prefetch_partials(f, groups, g, b);
 #ifndef CL_PREFETCH_EARLY
-  if (f.fn) prefetch_fn<Q>(f.fn, f.nout, b);
+  if (CL_PF_B_ONLY != 1 && f.fn) prefetch_fn<Q>(f.fn, f.nout, b);
 #endif
 }
 
