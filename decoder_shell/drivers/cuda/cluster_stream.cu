@@ -14,9 +14,6 @@ enum { SV_PRE = 0, SV_CARRIED = 1, SV_GLOBAL = 2 };
                        // (twenty-first session: at 8 rows C 1.34 against 1.54 us, the cycle ~2-3% faster; at 1 and
                        // 2 rows the cycle no faster, C's gain then waiting in A; docs/BENCHMARKS.md)
 static_assert(HC == 4, "the stream values' NaN test and pairs are written out for four streams");
-// Stream k's values of N lanes (one or two a thread) in the contract's order: the residual mixed by comb's column k,
-// stream by stream, then post_k x added, the lanes' operations side by side (every form of C calls it, so their
-// bits cannot drift apart; this order of the operations is the one the forms were measured with).
 // A row's post and comb as the step before made them (pc: post, then the comb), into registers.
 __device__ __forceinline__ void post_comb_of(const float (&pc)[HC + HC * HC], float (&pin)[HC], float (&cb)[HC * HC]) {
 #pragma unroll
@@ -24,6 +21,9 @@ __device__ __forceinline__ void post_comb_of(const float (&pc)[HC + HC * HC], fl
 #pragma unroll
   for (int e = 0; e < HC * HC; e++) cb[e] = pc[HC + e];
 }
+// Stream k's values of N lanes (one or two a thread) in the contract's order: the residual mixed by comb's column k,
+// stream by stream, then post_k x added, the lanes' operations side by side (every form of C calls it, so their
+// bits cannot drift apart; this order of the operations is the one the forms were measured with).
 template <int N>
 __device__ __forceinline__ void stream_mix(const float (&cb)[HC * HC], const float (&res)[N][HC], const float (&pin)[HC],
                                            const float (&x)[N], int k, float (&v)[N][HC]) {

@@ -41,11 +41,6 @@ __device__ __forceinline__ void sinkhorn_regs(float (&c)[HC * HC], float eps, in
 #define SINKHORN_FORM 3  // 0: one entry per lane, sums by shuffles; 1, 2: the comb in registers (above); 3: 0 without the division's branch (below)
 #endif
 
-// Softmax over k, + eps, then the Sinkhorn normalizations (col, then (row, col) x (iters - 1)), for
-// the comb entry (j, k) this lane owns; the 16 lanes rowbase .. rowbase+15 of the warp hold one row's
-// 4x4 comb, and row/column sums gather their 4 values with shuffles and add them left to right
-// (SINKHORN_FORM 0), or every lane gathers the whole comb after the softmax and runs sinkhorn_regs.
-// Every lane of the warp must call it.
 // The softmax's front for the comb entry (j, k) this lane owns: exp(c - its row's max) (the return) and the row's
 // sum of those (s), four shuffles each, added left to right.
 __device__ __forceinline__ float softmax_lane(float c, int j, unsigned rowbase, float& s) {
@@ -59,6 +54,11 @@ __device__ __forceinline__ float softmax_lane(float c, int j, unsigned rowbase, 
   return c;
 }
 
+// Softmax over k, + eps, then the Sinkhorn normalizations (col, then (row, col) x (iters - 1)), for
+// the comb entry (j, k) this lane owns; the 16 lanes rowbase .. rowbase+15 of the warp hold one row's
+// 4x4 comb, and row/column sums gather their 4 values with shuffles and add them left to right
+// (SINKHORN_FORM 0), or every lane gathers the whole comb after the softmax and runs sinkhorn_regs.
+// Every lane of the warp must call it.
 __device__ __forceinline__ float sinkhorn_shuffled(float c, int j, int k, unsigned rowbase, float eps, int iters) {
   float s;
   c = softmax_lane(c, j, rowbase, s);
