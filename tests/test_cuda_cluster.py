@@ -154,6 +154,16 @@ def test_stamps_that_share_a_slot_are_refused_together(defines, why, tmp_path, m
         compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
 
 
+def _cubin(monkeypatch, defines: str, rpc: int, ranks: int = 4) -> bytes:
+    """The cluster build (Q = 4, rpc rows, ranks, 512 threads) compiled for sm_90 under `defines`, its entry in it."""
+    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
+    monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
+    src, entry = source(4, rpc, THREADS, ranks)
+    out = compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
+    assert entry.encode() in out
+    return out
+
+
 @pytest.mark.parametrize("ranks,rpc,differs", [(1, 2, True), (2, 1, True), (1, 4, False), (2, 8, False), (4, 2, False)])
 def test_a_lone_sinkhorn_warp_keeps_its_scheduler_where_measured_faster(ranks, rpc, differs, tmp_path, monkeypatch):
     """CL_ISOLATE_SK=2 (the default) leaves a lone Sinkhorn warp's scheduler to it (roles_of: fewer helpers, NH_MIN)
@@ -161,15 +171,8 @@ def test_a_lone_sinkhorn_warp_keeps_its_scheduler_where_measured_faster(ranks, r
     others' (four-row and eight-row builds, whose helpers' registers are sized by the fewest helpers, and four ranks)
     is rule 0's byte for byte."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
-    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
-    cubins = []
-    for defines in ("", "CL_ISOLATE_SK=0"):
-        monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
-        src, entry = source(4, rpc, ranks=ranks)
-        cubins.append(compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu"))
-        assert entry.encode() in cubins[-1]
-    assert (cubins[0] != cubins[1]) == differs
+    assert (_cubin(monkeypatch, "", rpc, ranks) != _cubin(monkeypatch, "CL_ISOLATE_SK=0", rpc, ranks)) == differs
 
 
 @pytest.mark.parametrize("rpc", [2, 4])
@@ -178,14 +181,8 @@ def test_warp_0_pushes_the_partials_in_the_four_row_build_only(rpc, tmp_path, mo
     measured faster there and slower at one, two and eight rows), the others keep warp w pushing to block w
     (CL_PUSH_W0=0) byte for byte."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
-    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
-    cubins = {}
-    for defines in ("", "CL_PUSH_W0=0", "CL_PUSH_W0=15"):
-        monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
-        src, entry = source(4, rpc)
-        cubins[defines] = compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
-        assert entry.encode() in cubins[defines]
+    cubins = {defines: _cubin(monkeypatch, defines, rpc) for defines in ("", "CL_PUSH_W0=0", "CL_PUSH_W0=15")}
     assert cubins["CL_PUSH_W0=0"] != cubins["CL_PUSH_W0=15"]
     assert cubins[""] == (cubins["CL_PUSH_W0=15"] if rpc == 4 else cubins["CL_PUSH_W0=0"])
 
@@ -198,15 +195,10 @@ def test_b_roles_on_half_the_warps_in_the_two_row_build_of_four_ranks_only(rpc, 
     B's prefetches issued by a helper or by an idle warp (CL_PF_B_BH=1, 2) change only the builds that have their roles
     on half the warps."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
-    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
 
     def cubin(defines: str, ranks: int) -> bytes:
-        monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
-        src, entry = source(4, rpc, THREADS, ranks)
-        out = compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
-        assert entry.encode() in out
-        return out
+        return _cubin(monkeypatch, defines, rpc, ranks)
 
     none, every, default = cubin("CL_B_HALF=0", 4), cubin("CL_B_HALF=3", 4), cubin("", 4)
     assert default == (every if rpc == 2 else none)
@@ -222,20 +214,14 @@ def test_b_prefetches_only_at_more_than_two_ranks(ranks, rpc, tmp_path, monkeypa
     """CL_PF_B_MIN_R=3 (the default): builds of one and two ranks issue no L2 prefetch in B, and are the cubins
     measured as CL_NO_PF_B byte for byte; the builds of more ranks are CL_PF_B_MIN_R=1's (every build issues them)."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
-    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
 
     def cubin(defines: str) -> bytes:
-        monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
-        src, entry = source(4, rpc, THREADS, ranks)
-        out = compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
-        assert entry.encode() in out
-        return out
+        return _cubin(monkeypatch, defines, rpc, ranks)
 
     default, every = cubin(""), cubin("CL_PF_B_MIN_R=1")
     assert default == (cubin("CL_PF_B_MIN_R=1 CL_NO_PF_B") if ranks <= 2 else every)
     assert (default != every) == (ranks <= 2)
-
 
 
 def test_b_prefetches_can_be_timed_apart_where_they_are_issued(tmp_path, monkeypatch):
@@ -243,17 +229,9 @@ def test_b_prefetches_can_be_timed_apart_where_they_are_issued(tmp_path, monkeyp
     four-row build of four ranks, which issues both, the three cubins differ (a define that changed nothing would time
     nothing)."""
     pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-python is the cuda extra")
-    from decoder_shell.drivers.cuda.nvrtc import EXACT_FLAGS, compile_cubin
     monkeypatch.setenv("DECODER_SHELL_CACHE", str(tmp_path))
+    assert len({_cubin(monkeypatch, d, 4) for d in ("", "CL_PF_B_ONLY=1", "CL_PF_B_ONLY=2")}) == 3
 
-    def cubin(defines: str) -> bytes:
-        monkeypatch.setenv("DECODER_SHELL_CUDA_DEFINES", defines)
-        src, entry = source(4, 4, THREADS, 4)
-        out = compile_cubin(src, "sm_90", EXACT_FLAGS, name="cluster_cycle.cu")
-        assert entry.encode() in out
-        return out
-
-    assert len({cubin(""), cubin("CL_PF_B_ONLY=1"), cubin("CL_PF_B_ONLY=2")}) == 3
 
 def _elem_of(i: np.ndarray, block: int, q: int) -> np.ndarray:
     """cluster_fold.cu elem_of for row0 = 0: slice element i of block `block` -> its index in a [rows][1024 q]."""
